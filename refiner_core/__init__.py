@@ -1,0 +1,1 @@
+"""Refiner pipeline engine."""
