@@ -1,1 +1,123 @@
-"""Refiner pipeline engine."""
+"""refiner_core: turn large robotics and media datasets into training-ready tables.
+
+Example:
+    >>> import tempfile, refiner_core as mdr
+    >>> out = tempfile.mkdtemp()
+    >>> pipeline = mdr.from_items([{"episode": i, "num_frames": 100 * i} for i in range(4)])
+    >>> pipeline = pipeline.map(lambda row: {"long": row.num_frames > 150})
+    >>> stats = pipeline.write_parquet(out).launch_local(num_workers=2)
+    >>> stats.summary["rows_written"]
+    4
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import datatype, inference
+from .errors import RefinerError, StageFailed, StepError
+from .execution.launcher import LaunchStats
+from .io import DataFile, DataFolder, read_blob
+from .pipeline.pipeline import Pipeline
+from .pipeline.sequence import PipelineSequence
+from .row import Row
+from .sinks.assets import BlobAssetConfig, FileAssetConfig
+from .sources import MAX_SHARDS, ItemsSource, JsonlSource, ParquetSource, Shard
+from .sources.base import DEFAULT_TARGET_SHARD_BYTES
+
+
+def read_parquet(
+    inputs: Any,
+    *,
+    dtypes: dict[str, Any] | None = None,
+    columns: list[str] | None = None,
+    num_shards: int | None = None,
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    storage_options: dict[str, Any] | None = None,
+) -> Pipeline:
+    """Read Parquet files (path, glob, folder or list; local or any fsspec URL)."""
+    return Pipeline(
+        ParquetSource(
+            inputs,
+            dtypes=dtypes,
+            columns=columns,
+            num_shards=num_shards,
+            target_shard_bytes=target_shard_bytes,
+            storage_options=storage_options,
+        )
+    )
+
+
+def read_jsonl(
+    inputs: Any,
+    *,
+    dtypes: dict[str, Any] | None = None,
+    num_shards: int | None = None,
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    storage_options: dict[str, Any] | None = None,
+) -> Pipeline:
+    """Read JSON Lines files; shards are byte ranges cut at newlines."""
+    return Pipeline(
+        JsonlSource(
+            inputs,
+            dtypes=dtypes,
+            num_shards=num_shards,
+            target_shard_bytes=target_shard_bytes,
+            storage_options=storage_options,
+        )
+    )
+
+
+def read_lance(
+    uri: str,
+    *,
+    dtypes: dict[str, Any] | None = None,
+    columns: list[str] | None = None,
+    version: int | None = None,
+    num_shards: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Pipeline:
+    """Read one version of a Lance dataset; shards are groups of whole fragments."""
+    from .sources.lance import LanceSource
+
+    return Pipeline(
+        LanceSource(
+            uri,
+            dtypes=dtypes,
+            columns=columns,
+            version=version,
+            num_shards=num_shards,
+            storage_options=storage_options,
+        )
+    )
+
+
+def from_items(
+    items: Any, *, items_per_shard: int = 1000, dtypes: dict[str, Any] | None = None
+) -> Pipeline:
+    """Rows from Python values: mappings become rows, other values ``{"item": value}``."""
+    return Pipeline(ItemsSource(items, items_per_shard=items_per_shard, dtypes=dtypes))
+
+
+__all__ = [
+    "MAX_SHARDS",
+    "BlobAssetConfig",
+    "DataFile",
+    "DataFolder",
+    "FileAssetConfig",
+    "LaunchStats",
+    "Pipeline",
+    "PipelineSequence",
+    "RefinerError",
+    "Row",
+    "Shard",
+    "StageFailed",
+    "StepError",
+    "datatype",
+    "from_items",
+    "inference",
+    "read_blob",
+    "read_jsonl",
+    "read_lance",
+    "read_parquet",
+]

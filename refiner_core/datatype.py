@@ -1,0 +1,176 @@
+"""Column types: Arrow scalar aliases plus asset types that writers act on.
+
+An asset type is an Arrow type together with field metadata that marks the
+column as media (``refiner.asset.kind``: file/image/video/audio, and
+``refiner.asset.form``: path/bytes/blob). The mark is plain Arrow field metadata,
+so it survives a Parquet round trip. A list of asset values is an asset column too.
+
+Example:
+    >>> import refiner_core as mdr
+    >>> dtypes = {"video": mdr.datatype.video_path(), "frames": mdr.datatype.int64()}
+    >>> mdr.datatype.asset_of(mdr.datatype.to_field("video", dtypes["video"])).kind
+    'video'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import (  # noqa: F401  (re-exported scalar aliases)
+    binary,
+    bool_,
+    date32,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    large_binary,
+    large_string,
+    string,
+    struct,
+    timestamp,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+
+KIND_KEY = b"refiner.asset.kind"
+FORM_KEY = b"refiner.asset.form"
+ASSET_KINDS = ("file", "image", "video", "audio")
+ASSET_FORMS = ("path", "bytes", "blob")
+
+BLOB_REFERENCE_TYPE = pa.struct(
+    [pa.field("path", pa.string()), pa.field("offset", pa.uint64()), pa.field("size", pa.uint64())]
+)
+
+
+@dataclass(frozen=True)
+class DType:
+    """An Arrow type with field metadata (how asset columns are declared)."""
+
+    arrow_type: pa.DataType
+    metadata: dict[bytes, bytes] = field(default_factory=dict)
+
+    def to_field(self, name: str, nullable: bool = True) -> pa.Field:
+        return pa.field(name, self.arrow_type, nullable=nullable, metadata=self.metadata or None)
+
+
+@dataclass(frozen=True)
+class AssetInfo:
+    """What an asset column holds: ``kind`` of media, ``form`` of value, list or scalar."""
+
+    kind: str
+    form: str
+    is_list: bool
+
+
+def _asset(arrow_type: pa.DataType, kind: str, form: str) -> DType:
+    if kind not in ASSET_KINDS:
+        raise ValueError(f"unknown asset kind {kind!r}; use one of {ASSET_KINDS}")
+    return DType(arrow_type, {KIND_KEY: kind.encode(), FORM_KEY: form.encode()})
+
+
+def file_path() -> DType:
+    """A string column of file paths or URLs whose files writers copy or pack."""
+    return _asset(pa.string(), "file", "path")
+
+
+def image_path() -> DType:
+    """A string column of image paths or URLs."""
+    return _asset(pa.string(), "image", "path")
+
+
+def video_path() -> DType:
+    """A string column of video paths or URLs."""
+    return _asset(pa.string(), "video", "path")
+
+
+def audio_path() -> DType:
+    """A string column of audio paths or URLs."""
+    return _asset(pa.string(), "audio", "path")
+
+
+def file_bytes() -> DType:
+    """A binary column of inline file contents."""
+    return _asset(pa.binary(), "file", "bytes")
+
+
+def image_bytes() -> DType:
+    """A binary column of inline encoded images."""
+    return _asset(pa.binary(), "image", "bytes")
+
+
+def video_bytes() -> DType:
+    """A binary column of inline encoded videos."""
+    return _asset(pa.binary(), "video", "bytes")
+
+
+def audio_bytes() -> DType:
+    """A binary column of inline encoded audio."""
+    return _asset(pa.binary(), "audio", "bytes")
+
+
+def blob_reference(kind: str = "file") -> DType:
+    """A ``{path, offset, size}`` struct column pointing at a byte range of a blob."""
+    return _asset(BLOB_REFERENCE_TYPE, kind, "blob")
+
+
+def list_(value_type: DType | pa.DataType) -> DType | pa.DataType:
+    """A list column; a list of an asset type is an asset column too."""
+    if isinstance(value_type, DType):
+        return DType(pa.list_(value_type.arrow_type), dict(value_type.metadata))
+    return pa.list_(value_type)
+
+
+def to_field(name: str, dtype: Any) -> pa.Field:
+    """Turn a declared dtype (``DType``, ``pa.DataType`` or ``pa.Field``) into a field."""
+    if isinstance(dtype, DType):
+        return dtype.to_field(name)
+    if isinstance(dtype, pa.Field):
+        return dtype.with_name(name)
+    if isinstance(dtype, pa.DataType):
+        return pa.field(name, dtype)
+    raise TypeError(
+        f"dtype for column {name!r} is {dtype!r}; use a pyarrow type or an mdr.datatype "
+        "constructor such as mdr.datatype.int64() or mdr.datatype.video_path()"
+    )
+
+
+def fields_from_dtypes(dtypes: dict[str, Any] | None) -> dict[str, pa.Field]:
+    """Validate a ``dtypes=`` mapping and return it as fields."""
+    if dtypes is None:
+        return {}
+    if not isinstance(dtypes, dict):
+        raise TypeError(
+            f"dtypes must be a dict of column name to type, got {type(dtypes).__name__}"
+        )
+    return {name: to_field(name, dtype) for name, dtype in dtypes.items()}
+
+
+def asset_of(field_: pa.Field) -> AssetInfo | None:
+    """Return the asset mark of a field, or ``None`` for a plain column."""
+    metadata = field_.metadata or {}
+    kind = metadata.get(KIND_KEY)
+    form = metadata.get(FORM_KEY)
+    if kind is None or form is None:
+        return None
+    is_list = pa.types.is_list(field_.type) or pa.types.is_large_list(field_.type)
+    return AssetInfo(kind=kind.decode(), form=form.decode(), is_list=is_list)
+
+
+def with_asset_form(field_: pa.Field, form: str) -> pa.Field:
+    """Return ``field_`` re-typed for a new asset form (path, bytes or blob), keeping its kind."""
+    info = asset_of(field_)
+    if info is None:
+        raise ValueError(f"column {field_.name!r} is not an asset column")
+    scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": BLOB_REFERENCE_TYPE}[form]
+    arrow_type = pa.list_(scalar) if info.is_list else scalar
+    metadata = dict(field_.metadata or {})
+    metadata[FORM_KEY] = form.encode()
+    return pa.field(field_.name, arrow_type, nullable=True, metadata=metadata)

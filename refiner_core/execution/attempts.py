@@ -1,0 +1,107 @@
+"""Attempt and run ids, and the manifests attempts persist next to the output."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+MANIFEST_DIR = "_refiner/attempts"
+SUMMARY_PATH = "_refiner/summary.json"
+LAYOUT_PATH = "_refiner/layout.json"
+ATTEMPT_ID_PATTERN = r"[0-9a-f]{12}"
+SHARD_ID_PATTERN = r"\d{5}"
+
+COUNTER_KEYS = (
+    "rows_read",
+    "rows_written",
+    "files_written",
+    "bytes_written",
+    "assets_written",
+    "asset_bytes",
+    "blocks_written",
+    "block_bytes",
+    "blobs_coalesced",
+    "references_coalesced",
+    "bytes_coalesced",
+    "ranges_copied",
+    "bytes_range_copied",
+    "missing_assets",
+    "cells_nulled",
+    "rows_dropped",
+)
+
+
+def new_attempt_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def attempt_key(shard_id: str, attempt_id: str) -> str:
+    return f"{shard_id}__{attempt_id}"
+
+
+def manifest_path(shard_id: str, attempt_id: str) -> str:
+    return f"{MANIFEST_DIR}/{attempt_key(shard_id, attempt_id)}.json"
+
+
+def empty_counters() -> dict[str, int]:
+    return dict.fromkeys(COUNTER_KEYS, 0)
+
+
+def add_counters(total: dict[str, int], part: dict[str, Any]) -> dict[str, int]:
+    for key, value in part.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def make_manifest(
+    *,
+    run_id: str,
+    shard_id: str,
+    attempt_id: str,
+    started_at: float,
+    written: dict[str, Any],
+    counters: dict[str, int],
+    steps: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "run_id": run_id,
+        "shard_id": shard_id,
+        "attempt_id": attempt_id,
+        "started_at": started_at,
+        "completed_at": time.time(),
+        "files": list(written.get("files", [])),
+        "asset_dirs": list(written.get("asset_dirs", [])),
+        "extra": written.get("extra", {}),
+        "counters": counters,
+        "steps": steps,
+    }
+
+
+def write_manifest(folder: Any, manifest: dict[str, Any]) -> None:
+    path = manifest_path(manifest["shard_id"], manifest["attempt_id"])
+    folder.write_bytes(path, json.dumps(manifest, indent=1).encode())
+
+
+def read_manifests(folder: Any) -> list[dict[str, Any]]:
+    """Every attempt manifest persisted under ``folder`` (unreadable ones raise, naming the file)."""
+    manifests = []
+    for relative in folder.find(MANIFEST_DIR):
+        name = relative.rsplit("/", 1)[-1]
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            manifests.append(json.loads(folder.read_bytes(relative)))
+        except ValueError as exc:
+            raise ValueError(
+                f"attempt manifest {folder.url_of(relative)} is not valid JSON ({exc}); "
+                "delete it to treat that attempt as failed"
+            ) from exc
+    return manifests

@@ -1,0 +1,270 @@
+"""``launch_local``: stages in order, sharded stages spread over worker processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import StageFailed, StepError
+from .attempts import new_run_id
+from .progress import StageProgress
+from .worker import WorkerContext
+
+_PROGRESS_EVERY_S = 0.25
+_POLL_S = 0.2
+
+
+@dataclass
+class StageStats:
+    index: int
+    kind: str
+    name: str
+    shards: int = 0
+    shards_skipped: int = 0
+    rows: int = 0
+    bytes: int = 0
+    elapsed_s: float = 0.0
+    summary: dict[str, Any] | None = None
+
+
+@dataclass
+class LaunchStats:
+    """What ``launch_local`` returns: per-stage stats and the last finalization summary."""
+
+    name: str
+    run_id: str
+    rundir: str | None
+    stages: list[StageStats] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, StepError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _worker_main(stage: Any, run_id: str, tasks: Any, results: Any, wid: int) -> None:
+    current = None
+    pending = [0, 0]
+    last = [time.monotonic()]
+
+    def report(rows: int, nbytes: int) -> None:
+        pending[0] += rows
+        pending[1] += nbytes
+        now = time.monotonic()
+        if now - last[0] >= _PROGRESS_EVERY_S:
+            results.put(("progress", wid, pending[0], pending[1]))
+            pending[0] = pending[1] = 0
+            last[0] = now
+
+    worker = None
+    try:
+        worker = WorkerContext()
+        while True:
+            shard = tasks.get()
+            if shard is None:
+                break
+            current = shard.id
+            results.put(("start", wid, shard.id))
+            manifest = stage.run_shard(shard, run_id=run_id, worker=worker, progress=report)
+            results.put(("done", wid, shard.id, manifest, pending[0], pending[1]))
+            pending[0] = pending[1] = 0
+            current = None
+    except BaseException as exc:
+        results.put(("error", wid, current, _describe(exc), traceback.format_exc()))
+    finally:
+        if worker is not None:
+            try:
+                worker.close()
+            except BaseException as exc:
+                results.put(("error", wid, current, _describe(exc), traceback.format_exc()))
+        results.put(("exit", wid))
+        results.close()
+        results.join_thread()
+
+
+class _RunDir:
+    """Completion markers that let a relaunch skip finished shards."""
+
+    def __init__(self, path: str | None, name: str) -> None:
+        self.temporary = path is None
+        self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
+        os.makedirs(self.path, exist_ok=True)
+        state_file = os.path.join(self.path, "run.json")
+        if os.path.exists(state_file):
+            with open(state_file) as f:
+                self.run_id = json.load(f)["run_id"]
+        else:
+            self.run_id = new_run_id()
+            with open(state_file, "w") as f:
+                json.dump({"run_id": self.run_id, "name": name, "created_at": time.time()}, f)
+
+    def _stage_dir(self, index: int) -> str:
+        path = os.path.join(self.path, f"stage-{index:03d}")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def completed(self, index: int) -> dict[str, dict[str, Any]]:
+        done = {}
+        directory = self._stage_dir(index)
+        for name in os.listdir(directory):
+            if name.endswith(".json"):
+                with open(os.path.join(directory, name)) as f:
+                    manifest = json.load(f)
+                done[manifest["shard_id"]] = manifest
+        return done
+
+    def mark(self, index: int, manifest: dict[str, Any]) -> None:
+        directory = self._stage_dir(index)
+        tmp = os.path.join(directory, f".{manifest['shard_id']}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(manifest, f)
+        os.replace(tmp, os.path.join(directory, f"{manifest['shard_id']}.json"))
+
+    def cleanup(self) -> None:
+        if self.temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _context():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def _run_sharded(
+    stage: Any,
+    index: int,
+    shards: list[Any],
+    num_workers: int,
+    run_id: str,
+    rundir: _RunDir,
+    progress: StageProgress,
+) -> None:
+    ctx = _context()
+    tasks = ctx.Queue()
+    results = ctx.Queue()
+    for shard in shards:
+        tasks.put(shard)
+    n = min(num_workers, len(shards))
+    for _ in range(n):
+        tasks.put(None)
+    procs = [
+        ctx.Process(target=_worker_main, args=(stage, run_id, tasks, results, w), daemon=True)
+        for w in range(n)
+    ]
+    for p in procs:
+        p.start()
+    running: dict[int, str | None] = dict.fromkeys(range(n))
+    exited: set[int] = set()
+    remaining = {s.id for s in shards}
+    failure: tuple[str | None, str, str] | None = None
+    try:
+        while len(exited) < n and failure is None:
+            try:
+                message = results.get(timeout=_POLL_S)
+            except queue.Empty:
+                for w, p in enumerate(procs):
+                    if w not in exited and not p.is_alive() and p.exitcode not in (0, None):
+                        failure = (
+                            running.get(w),
+                            f"worker process {w} died with exit code {p.exitcode}",
+                            "",
+                        )
+                continue
+            kind, wid = message[0], message[1]
+            if kind == "progress":
+                progress.update(rows=message[2], nbytes=message[3])
+            elif kind == "start":
+                running[wid] = message[2]
+            elif kind == "done":
+                _, _, shard_id, manifest, rows, nbytes = message
+                rundir.mark(index, manifest)
+                remaining.discard(shard_id)
+                running[wid] = None
+                progress.update(rows=rows, nbytes=nbytes, shards=1)
+            elif kind == "error":
+                failure = (message[2], message[3], message[4])
+            elif kind == "exit":
+                exited.add(wid)
+        if failure is None and remaining:
+            failure = (sorted(remaining)[0], "workers exited before finishing every shard", "")
+    finally:
+        for p in procs:
+            if p.is_alive() and failure is not None:
+                p.terminate()
+        for p in procs:
+            p.join(timeout=30)
+        tasks.cancel_join_thread()
+        results.cancel_join_thread()
+    if failure is not None:
+        shard_id, cause, remote_tb = failure
+        where = f" on shard {shard_id}" if shard_id else ""
+        message = f"stage {index} ({stage.name}) failed{where}: {cause}"
+        if remote_tb:
+            message += f"\n\nworker traceback:\n{remote_tb}"
+        raise StageFailed(message, stage=index, shard_id=shard_id)
+
+
+def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers <= 0:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    name = name or "refiner"
+    state = _RunDir(rundir, name)
+    stats = LaunchStats(
+        name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
+    )
+    started = time.monotonic()
+    try:
+        _run_stages(sequence, stats, state, name, num_workers)
+    finally:
+        state.cleanup()
+    stats.elapsed_s = round(time.monotonic() - started, 3)
+    return stats
+
+
+def _run_stages(
+    sequence: Any, stats: LaunchStats, state: _RunDir, name: str, num_workers: int
+) -> None:
+    for index, stage in enumerate(sequence.stages):
+        stage_started = time.monotonic()
+        st = StageStats(index=index, kind=stage.kind, name=stage.name)
+        stats.stages.append(st)
+        label = f"{name} stage {index}: {stage.name}"
+        if stage.kind == "finalize":
+            st.summary = stage.run(run_id=state.run_id)
+            stats.summary = st.summary
+            st.rows = st.summary.get("rows_written", 0)
+            st.bytes = st.summary.get("bytes_written", 0)
+            progress = StageProgress(label, 1)
+            progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
+            progress.close()
+        else:
+            shards = stage.plan(run_id=state.run_id)
+            done = state.completed(index)
+            todo = [s for s in shards if s.id not in done]
+            st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
+            progress = StageProgress(label, len(shards))
+            progress.update(shards=st.shards_skipped)
+            try:
+                if todo:
+                    _run_sharded(stage, index, todo, num_workers, state.run_id, state, progress)
+            finally:
+                progress.close()
+            for manifest in state.completed(index).values():
+                counters = manifest.get("counters", {})
+                st.rows += counters.get("rows_written", 0)
+                st.bytes += counters.get("bytes_written", 0)
+        st.elapsed_s = round(time.monotonic() - stage_started, 3)

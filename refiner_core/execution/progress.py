@@ -1,0 +1,83 @@
+"""Per-stage progress: a rich bar on a terminal, plain periodic lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _human(n: float) -> str:
+    for unit in ("", "k", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+        n /= 1000
+    return f"{n:.1f}P"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+class StageProgress:
+    """Shows shards done, rows, bytes, rate and elapsed time for one stage."""
+
+    def __init__(self, label: str, total_shards: int, *, interval: float = 2.0) -> None:
+        self.label = label
+        self.total = total_shards
+        self.done = 0
+        self.rows = 0
+        self.bytes = 0
+        self.started = time.monotonic()
+        self._interval = interval
+        self._last_line = time.monotonic()
+        self._rich = None
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._rich = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} shards"),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                transient=False,
+            )
+            self._task = self._rich.add_task(label, total=total_shards, detail="")
+            self._rich.start()
+
+    def _detail(self) -> str:
+        elapsed = max(1e-9, time.monotonic() - self.started)
+        return (
+            f"{_human(self.rows)} rows, {_bytes(self.bytes)}, {_human(self.rows / elapsed)} rows/s"
+        )
+
+    def update(self, rows: int = 0, nbytes: int = 0, shards: int = 0) -> None:
+        self.rows += rows
+        self.bytes += nbytes
+        self.done += shards
+        if self._rich is not None:
+            self._rich.update(self._task, completed=self.done, detail=self._detail())
+            return
+        now = time.monotonic()
+        if now - self._last_line >= self._interval:
+            self._last_line = now
+            self._print()
+
+    def _print(self) -> None:
+        elapsed = time.monotonic() - self.started
+        print(
+            f"[{self.label}] {self.done}/{self.total} shards, {self._detail()}, {elapsed:.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.update(self._task, completed=self.done, detail=self._detail())
+            self._rich.stop()
+        else:
+            self._print()

@@ -1,0 +1,217 @@
+"""Files and folders on any fsspec filesystem, with atomic writes.
+
+``DataFolder("s3://bucket/out", storage_options={...})`` resolves the filesystem
+once; when it is s3fs, refiner's concurrent multipart writer is installed for
+the process. Paths handed back to users are absolute local paths or full URLs.
+
+Example:
+    >>> import tempfile
+    >>> from refiner_core.io import DataFolder
+    >>> folder = DataFolder(tempfile.mkdtemp())
+    >>> with folder.open_atomic("part-0.txt") as f:
+    ...     _ = f.write(b"hello")
+    >>> open(folder.url_of("part-0.txt"), "rb").read()
+    b'hello'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def is_s3(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "s3" in protocol or "s3a" in protocol
+
+
+def resolve(url: str, storage_options: dict[str, Any] | None = None):
+    """Return ``(fs, path)`` for ``url``; installs the s3 multipart writer for s3fs."""
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"expected a non-empty path or URL, got {url!r}")
+    fs, path = fsspec.core.url_to_fs(os.fspath(url), **(storage_options or {}))
+    if is_s3(fs):
+        from .s3_multipart import install_if_s3
+
+        install_if_s3(fs)
+    if is_local(fs):
+        path = os.path.abspath(path)
+    return fs, path
+
+
+def full_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The user-facing address of ``path``: absolute local path or ``proto://...`` URL."""
+    if is_local(fs):
+        return os.path.abspath(path)
+    return fs.unstrip_protocol(path)
+
+
+class DataFile:
+    """One file or object, local or behind any fsspec URL.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> _ = open(p, "wb").write(b"abcdef")
+        >>> DataFile(p).read_range(2, 3)
+        b'cde'
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None):
+        if fs is None:
+            fs, path = resolve(url, storage_options)
+        else:
+            path = url
+        self.fs = fs
+        self.path = path
+
+    @property
+    def url(self) -> str:
+        return full_url(self.fs, self.path)
+
+    def size(self) -> int:
+        return int(self.fs.size(self.path))
+
+    def exists(self) -> bool:
+        return bool(self.fs.exists(self.path))
+
+    def read_range(self, offset: int, size: int) -> bytes:
+        """One ranged read of bytes ``[offset, offset + size)``."""
+        if size == 0:
+            return b""
+        return self.fs.cat_file(self.path, start=offset, end=offset + size)
+
+    def open(self, mode: str = "rb", **kwargs: Any) -> IO[bytes]:
+        return self.fs.open(self.path, mode, **kwargs)
+
+
+class DataFolder:
+    """A folder (or object prefix) that a writer owns, local or behind any fsspec URL."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None):
+        if fs is None:
+            fs, path = resolve(url, storage_options)
+        else:
+            path = url
+        self._fs = fs
+        self._pid = os.getpid()
+        self._url = url
+        self.path = path.rstrip("/") or "/"
+        self.storage_options = dict(storage_options or {})
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem, resolved again in a forked worker (async clients do not survive fork)."""
+        if self._pid != os.getpid():
+            self._fs = resolve(self._url, self.storage_options)[0]
+            self._pid = os.getpid()
+        return self._fs
+
+    def __repr__(self) -> str:
+        return f"DataFolder({self.url!r})"
+
+    def __reduce__(self):
+        return (DataFolder, (self.url, self.storage_options))
+
+    @property
+    def url(self) -> str:
+        return full_url(self.fs, self.path)
+
+    def join(self, relative: str) -> str:
+        """The filesystem path of ``relative`` inside this folder (never outside it)."""
+        check_relative(relative, what="path")
+        return posixpath.join(self.path, relative)
+
+    def url_of(self, relative: str) -> str:
+        return full_url(self.fs, self.join(relative))
+
+    def file(self, relative: str) -> DataFile:
+        return DataFile(self.join(relative), fs=self.fs)
+
+    def exists(self, relative: str = "") -> bool:
+        return bool(self.fs.exists(self.join(relative) if relative else self.path))
+
+    def makedirs(self, relative: str = "") -> None:
+        if is_local(self.fs):
+            os.makedirs(self.join(relative) if relative else self.path, exist_ok=True)
+
+    def find(self, relative: str = "") -> list[str]:
+        """Paths (relative to this folder) of every file below ``relative``."""
+        base = self.join(relative) if relative else self.path
+        if not self.fs.exists(base):
+            return []
+        prefix = self.path.rstrip("/") + "/"
+        found = []
+        for p in self.fs.find(base):
+            p = p if is_local(self.fs) else p
+            found.append(p[len(prefix) :] if p.startswith(prefix) else p)
+        return sorted(found)
+
+    def rm(self, relative: str, recursive: bool = False) -> None:
+        path = self.join(relative)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(path, recursive=recursive)
+
+    def read_bytes(self, relative: str) -> bytes:
+        return self.fs.cat_file(self.join(relative))
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        with self.open_atomic(relative) as f:
+            f.write(data)
+
+    @contextlib.contextmanager
+    def open_atomic(self, relative: str, *, size_hint: int | None = None) -> Iterator[IO[bytes]]:
+        """Open ``relative`` for writing so that it only appears once fully written.
+
+        Local files are written under a hidden temporary name and renamed on success;
+        object stores publish an object only when its upload completes, and a failed
+        or interrupted write aborts the upload.
+        """
+        target = self.join(relative)
+        if is_local(self.fs):
+            directory, name = os.path.split(target)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                with open(tmp, "wb") as f:
+                    yield f
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(tmp)
+                raise
+            return
+        from .s3_multipart import open_output
+
+        with open_output(self.fs, target, size_hint=size_hint) as f:
+            yield f
+
+
+def check_relative(relative: str, *, what: str) -> str:
+    """Reject a relative path that could escape its folder; return it unchanged."""
+    if not isinstance(relative, str) or not relative:
+        raise ValueError(f"{what} must be a non-empty relative path, got {relative!r}")
+    bad = (
+        relative.startswith(("/", "~"))
+        or "\\" in relative
+        or "://" in relative
+        or any(part in ("..", "") for part in relative.split("/"))
+        or (len(relative) > 1 and relative[1] == ":")
+    )
+    if bad:
+        raise ValueError(
+            f"{what} {relative!r} must stay inside the output folder: use a relative path "
+            "without '..', empty parts, backslashes, drive letters or '://'"
+        )
+    return relative

@@ -1,0 +1,228 @@
+"""The immutable pipeline builder: a source, its steps and block limits."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from ..row import Row
+from .steps import Step, _check_positive, make_step
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """A lazy description of rows: nothing runs until a run method is called.
+
+    Every method returns a new pipeline; writers return a :class:`PipelineSequence`
+    whose first stage writes and whose later stages finalize the output.
+
+    Example:
+        >>> import refiner_core as mdr
+        >>> p = mdr.from_items([{"n": 1}, {"n": 2}, {"n": 3}]).map(lambda r: {"double": r.n * 2})
+        >>> [r.double for r in p.filter(lambda r: r.n > 1).iter_rows()]
+        [4, 6]
+    """
+
+    source: Any
+    steps: tuple[Step, ...] = ()
+    max_block_rows: int | None = None
+    max_vectorized_block_bytes: int | None = None
+
+    def _with_step(self, kind: str, fn: Any = None, **options: Any) -> Pipeline:
+        step = make_step(kind, fn, **options)
+        step.index = len(self.steps)
+        return dataclasses.replace(self, steps=(*self.steps, step))
+
+    # transforms -------------------------------------------------------------
+    def map(self, fn: Callable[[Row], Any], *, dtypes: dict[str, Any] | None = None) -> Pipeline:
+        """Apply ``fn`` to each row: a returned Row replaces it, a dict is merged into it."""
+        return self._with_step("map", fn, dtypes=dtypes)
+
+    def filter(self, predicate: Callable[[Row], bool]) -> Pipeline:
+        """Keep the rows for which ``predicate`` is true."""
+        return self._with_step("filter", predicate)
+
+    def flat_map(
+        self, fn: Callable[[Row], Any], *, dtypes: dict[str, Any] | None = None
+    ) -> Pipeline:
+        """Replace each row with the rows or dicts ``fn`` returns (none drops it)."""
+        return self._with_step("flat_map", fn, dtypes=dtypes)
+
+    def map_async(
+        self,
+        fn: Callable[[Row], Any] | None = None,
+        *,
+        factory: Callable[[], Any] | None = None,
+        max_in_flight: int = 16,
+        preserve_order: bool = True,
+        dtypes: dict[str, Any] | None = None,
+    ) -> Pipeline:
+        """Run an async (or sync) callback per row with at most ``max_in_flight`` pending calls."""
+        return self._with_step(
+            "map_async",
+            fn,
+            factory=factory,
+            max_in_flight=max_in_flight,
+            preserve_order=preserve_order,
+            dtypes=dtypes,
+        )
+
+    def batch_map(
+        self,
+        fn: Callable[[list[Row]], Any] | None = None,
+        *,
+        factory: Callable[[], Any] | None = None,
+        batch_size: int,
+        dtypes: dict[str, Any] | None = None,
+    ) -> Pipeline:
+        """Call ``fn`` on lists of exactly ``batch_size`` rows (the last may be shorter)."""
+        return self._with_step(
+            "batch_map", fn, factory=factory, batch_size=batch_size, dtypes=dtypes
+        )
+
+    def batch_map_async(
+        self,
+        fn: Callable[[list[Row]], Any] | None = None,
+        *,
+        factory: Callable[[], Any] | None = None,
+        batch_size: int,
+        max_in_flight: int = 2,
+        preserve_order: bool = True,
+        dtypes: dict[str, Any] | None = None,
+    ) -> Pipeline:
+        """Like :meth:`batch_map`, with up to ``max_in_flight`` batches pending at once."""
+        return self._with_step(
+            "batch_map_async",
+            fn,
+            factory=factory,
+            batch_size=batch_size,
+            max_in_flight=max_in_flight,
+            preserve_order=preserve_order,
+            dtypes=dtypes,
+        )
+
+    def with_max_block_rows(self, n: int) -> Pipeline:
+        """Cap every block (source and transformed) at ``n`` rows before it reaches the sink."""
+        _check_positive("max_block_rows", n)
+        return dataclasses.replace(self, max_block_rows=n)
+
+    def with_max_vectorized_block_bytes(self, n: int) -> Pipeline:
+        """Cap Arrow blocks from sources and vectorized operations at about ``n`` bytes."""
+        _check_positive("max_vectorized_block_bytes", n)
+        return dataclasses.replace(self, max_vectorized_block_bytes=n)
+
+    # schema -------------------------------------------------------------------
+    def declared_fields(self) -> dict[str, pa.Field]:
+        """Columns whose types were declared with ``dtypes=`` (later declarations win)."""
+        fields = dict(getattr(self.source, "fields", {}) or {})
+        for step in self.steps:
+            fields.update(step.fields)
+        return fields
+
+    def plan(self) -> list[Any]:
+        """List this pipeline's shards (reads only metadata)."""
+        return self.source.plan()
+
+    # writers ----------------------------------------------------------------
+    def write(self, format: str, output: str, **options: Any):
+        """Write with the sink registered for ``format`` (parquet, jsonl, lance)."""
+        from ..sinks import make_sink
+        from .sequence import PipelineSequence
+
+        sink = make_sink(format, output, **options)
+        return PipelineSequence.for_sink(self, sink)
+
+    def write_parquet(
+        self,
+        output: str,
+        *,
+        assets: Any = None,
+        compression: str = "zstd",
+        filename_template: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **legacy: Any,
+    ):
+        """Write Parquet files (one per shard attempt) under ``output``; see ``assets=``."""
+        return self.write(
+            "parquet",
+            output,
+            assets=assets,
+            compression=compression,
+            filename_template=filename_template,
+            storage_options=storage_options,
+            **legacy,
+        )
+
+    def write_jsonl(
+        self,
+        output: str,
+        *,
+        assets: Any = None,
+        filename_template: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **legacy: Any,
+    ):
+        """Write JSON Lines files (one per shard attempt) under ``output``."""
+        return self.write(
+            "jsonl",
+            output,
+            assets=assets,
+            filename_template=filename_template,
+            storage_options=storage_options,
+            **legacy,
+        )
+
+    def write_lance(
+        self,
+        output: str,
+        *,
+        assets: Any = None,
+        mode: str = "create",
+        storage_options: dict[str, Any] | None = None,
+        **legacy: Any,
+    ):
+        """Write a Lance dataset; fragments are committed once by the finalization stage."""
+        return self.write(
+            "lance", output, assets=assets, mode=mode, storage_options=storage_options, **legacy
+        )
+
+    # running ----------------------------------------------------------------
+    def iter_rows(self) -> Iterator[Row]:
+        """Run in this process and yield rows (no sink; callbacks closed at the end)."""
+        from ..execution.inprocess import iter_rows
+
+        return iter_rows(self)
+
+    def take(self, n: int) -> list[Row]:
+        """The first ``n`` rows, stopping the run as soon as they are there."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"take(n) needs a non-negative integer, got {n!r}")
+        rows: list[Row] = []
+        if n == 0:
+            return rows
+        iterator = self.iter_rows()
+        try:
+            for row in iterator:
+                rows.append(row)
+                if len(rows) >= n:
+                    break
+        finally:
+            iterator.close()
+        return rows
+
+    def materialize(self) -> list[Row]:
+        """Run in this process and return every row."""
+        return list(self.iter_rows())
+
+    def launch_local(
+        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+    ):
+        """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
+        from .sequence import PipelineSequence
+
+        return PipelineSequence.of(self).launch_local(
+            name=name, num_workers=num_workers, rundir=rundir
+        )

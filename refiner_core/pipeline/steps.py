@@ -1,0 +1,343 @@
+"""Row transforms. Each step turns an async stream of row blocks into another."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..datatype import fields_from_dtypes
+from ..errors import StepError
+from ..row import Row
+from .callbacks import CallbackResultError, merge_map_result, rows_from_iterable, step_label
+
+Blocks = AsyncIterator[list[Row]]
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_callable(kind: str, fn: Any, factory: Any, *, allow_factory: bool = True) -> None:
+    if not allow_factory:
+        if not callable(fn):
+            raise TypeError(f"{kind} needs a callable, got {fn!r}")
+        return
+    if (fn is None) == (factory is None):
+        raise ValueError(
+            f"{kind} takes exactly one of fn or factory= (got {'both' if fn else 'neither'}); "
+            "pass a callback, or a zero-argument factory that builds one per worker"
+        )
+    target = fn if fn is not None else factory
+    if not callable(target):
+        raise TypeError(
+            f"{kind}: {'fn' if fn is not None else 'factory'} must be callable, got {target!r}"
+        )
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+@dataclass(eq=False)
+class Step:
+    """A transform; ``index`` is its position in the pipeline, set when it is appended."""
+
+    kind = "step"
+    fn: Callable[..., Any] | None = None
+    factory: Callable[[], Any] | None = None
+    dtypes: dict[str, Any] | None = None
+    index: int = -1
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        self.fields = fields_from_dtypes(self.dtypes)
+
+    @property
+    def label(self) -> str:
+        return step_label(self.index, self.kind)
+
+    def fail(self, exc: BaseException, shard_id: str | None) -> StepError:
+        error = StepError(
+            f"{self.label} failed on shard {shard_id}: {type(exc).__name__}: {exc}",
+            step_index=self.index,
+            step_kind=self.kind,
+            shard_id=shard_id,
+        )
+        error.__cause__ = exc
+        return error
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:  # pragma: no cover - interface
+        raise NotImplementedError
+        yield
+
+
+@dataclass(eq=False)
+class MapStep(Step):
+    kind = "map"
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        fn, label, shard = self.fn, self.label, ctx.shard_id
+        async for block in blocks:
+            out = []
+            for row in block:
+                try:
+                    result = fn(row)
+                except Exception as exc:
+                    raise self.fail(exc, shard) from exc
+                out.append(merge_map_result(row, result, label, shard))
+            yield out
+
+
+@dataclass(eq=False)
+class FilterStep(Step):
+    kind = "filter"
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        fn, shard = self.fn, ctx.shard_id
+        async for block in blocks:
+            try:
+                out = [row for row in block if fn(row)]
+            except Exception as exc:
+                raise self.fail(exc, shard) from exc
+            if out:
+                yield out
+
+
+@dataclass(eq=False)
+class FlatMapStep(Step):
+    kind = "flat_map"
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        fn, label, shard = self.fn, self.label, ctx.shard_id
+        async for block in blocks:
+            out: list[Row] = []
+            for row in block:
+                try:
+                    result = fn(row)
+                    rows = rows_from_iterable(result, label, shard)
+                except CallbackResultError:
+                    raise
+                except Exception as exc:
+                    raise self.fail(exc, shard) from exc
+                out.extend(rows)
+            if out:
+                yield out
+
+
+async def _batches(blocks: Blocks, size: int) -> AsyncIterator[list[Row]]:
+    """Regroup a block stream into batches of exactly ``size`` rows (the last may be short)."""
+    pending: list[Row] = []
+    async for block in blocks:
+        pending.extend(block)
+        while len(pending) >= size:
+            yield pending[:size]
+            pending = pending[size:]
+    if pending:
+        yield pending
+
+
+@dataclass(eq=False)
+class BatchMapStep(Step):
+    kind = "batch_map"
+    batch_size: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive("batch_size", self.batch_size)
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        label, shard = self.label, ctx.shard_id
+        fn = None
+        async for batch in _batches(blocks, self.batch_size):
+            if fn is None:
+                fn = ctx.callback(self)
+            try:
+                result = await _maybe_await(fn(batch))
+                rows = rows_from_iterable(result, label, shard)
+            except CallbackResultError:
+                raise
+            except Exception as exc:
+                raise self.fail(exc, shard) from exc
+            if rows:
+                yield rows
+
+
+class _Window:
+    """Bounded set of in-flight tasks with fail-fast error tracking."""
+
+    def __init__(self, step: Step, shard_id: str | None, limit: int, ordered: bool) -> None:
+        self.step, self.shard_id, self.limit, self.ordered = step, shard_id, limit, ordered
+        self.queue: collections.deque[asyncio.Task] = collections.deque()
+        self.pending: set[asyncio.Task] = set()
+        self.error: BaseException | None = None
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and self.error is None:
+            self.error = task.exception()
+
+    def __len__(self) -> int:
+        return len(self.queue) if self.ordered else len(self.pending)
+
+    def submit(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._on_done)
+        if self.ordered:
+            self.queue.append(task)
+        else:
+            self.pending.add(task)
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self._wrap(self.error)
+
+    def _wrap(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, CallbackResultError):
+            return exc
+        return self.step.fail(exc, self.shard_id)
+
+    async def take(self) -> list[Any]:
+        """Wait for at least one result (the oldest when ordered) and return ready ones."""
+        self.check()
+        if self.ordered:
+            head = self.queue.popleft()
+            try:
+                results = [await head]
+            except Exception as exc:
+                raise self._wrap(exc) from exc
+            while self.queue and self.queue[0].done():
+                results.append(self._result(self.queue.popleft()))
+            return results
+        done, self.pending = await asyncio.wait(self.pending, return_when=asyncio.FIRST_COMPLETED)
+        return [self._result(t) for t in done]
+
+    def ready(self) -> list[Any]:
+        self.check()
+        results = []
+        if self.ordered:
+            while self.queue and self.queue[0].done():
+                results.append(self._result(self.queue.popleft()))
+        else:
+            done = [t for t in self.pending if t.done()]
+            for t in done:
+                self.pending.discard(t)
+                results.append(self._result(t))
+        return results
+
+    def _result(self, task: asyncio.Task) -> Any:
+        exc = task.exception()
+        if exc is not None:
+            raise self._wrap(exc) from exc
+        return task.result()
+
+    async def cancel(self) -> None:
+        tasks = list(self.queue) + list(self.pending)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.queue.clear()
+        self.pending.clear()
+
+
+@dataclass(eq=False)
+class MapAsyncStep(Step):
+    kind = "map_async"
+    max_in_flight: int = 16
+    preserve_order: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive("max_in_flight", self.max_in_flight)
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        label, shard = self.label, ctx.shard_id
+        window = _Window(self, shard, self.max_in_flight, self.preserve_order)
+        fn = None
+
+        async def one(row: Row) -> Row:
+            return merge_map_result(row, await _maybe_await(fn(row)), label, shard)
+
+        try:
+            async for block in blocks:
+                if fn is None:
+                    fn = ctx.callback(self)
+                out: list[Row] = []
+                for row in block:
+                    if len(window) >= window.limit:
+                        out.extend(await window.take())
+                    window.submit(one(row))
+                out.extend(window.ready())
+                if out:
+                    yield out
+            while len(window):
+                yield await window.take()
+        finally:
+            await window.cancel()
+
+
+@dataclass(eq=False)
+class BatchMapAsyncStep(Step):
+    kind = "batch_map_async"
+    batch_size: int = 0
+    max_in_flight: int = 2
+    preserve_order: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_positive("batch_size", self.batch_size)
+        _check_positive("max_in_flight", self.max_in_flight)
+
+    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+        label, shard = self.label, ctx.shard_id
+        window = _Window(self, shard, self.max_in_flight, self.preserve_order)
+        fn = None
+
+        async def one(batch: list[Row]) -> list[Row]:
+            return rows_from_iterable(await _maybe_await(fn(batch)), label, shard)
+
+        try:
+            async for batch in _batches(blocks, self.batch_size):
+                if fn is None:
+                    fn = ctx.callback(self)
+                out: list[Row] = []
+                if len(window) >= window.limit:
+                    for rows in await window.take():
+                        out.extend(rows)
+                window.submit(one(batch))
+                for rows in window.ready():
+                    out.extend(rows)
+                if out:
+                    yield out
+            while len(window):
+                out = []
+                for rows in await window.take():
+                    out.extend(rows)
+                if out:
+                    yield out
+        finally:
+            await window.cancel()
+
+
+def make_step(kind: str, fn: Any = None, *, factory: Any = None, **options: Any) -> Step:
+    """Validate arguments and build a step; errors surface when the pipeline is built."""
+    classes = {
+        "map": MapStep,
+        "filter": FilterStep,
+        "flat_map": FlatMapStep,
+        "batch_map": BatchMapStep,
+        "map_async": MapAsyncStep,
+        "batch_map_async": BatchMapAsyncStep,
+    }
+    if kind in ("map", "filter", "flat_map"):
+        _check_callable(kind, fn, None, allow_factory=False)
+    else:
+        _check_callable(kind, fn, factory)
+    return classes[kind](fn=fn, factory=factory, **options)

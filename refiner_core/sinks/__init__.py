@@ -1,0 +1,39 @@
+"""Sinks: each format is one module implementing the sink protocol; register it here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .assets import BlobAssetConfig, FileAssetConfig
+from .finalize import FinalizeStage
+
+
+def _parquet():
+    from .parquet import ParquetSink
+
+    return ParquetSink
+
+
+def _jsonl():
+    from .jsonl import JsonlSink
+
+    return JsonlSink
+
+
+def _lance():
+    from .lance import LanceSink
+
+    return LanceSink
+
+
+SINKS = {"parquet": _parquet, "jsonl": _jsonl, "lance": _lance}
+
+
+def make_sink(format: str, output: str, **options: Any) -> Any:
+    """Build the sink registered for ``format``."""
+    if format not in SINKS:
+        raise ValueError(f"unknown output format {format!r}; use one of {sorted(SINKS)}")
+    return SINKS[format]()(output, **options)
+
+
+__all__ = ["SINKS", "BlobAssetConfig", "FileAssetConfig", "FinalizeStage", "make_sink"]

@@ -1,0 +1,131 @@
+"""How writers store media: ``FileAssetConfig`` (a file each) or ``BlobAssetConfig`` (packed)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ...io.datafile import check_relative
+
+MISSING_POLICIES = ("error", "set_null", "drop_row")
+LEGACY_KEYWORDS = (
+    "upload_assets",
+    "assets_subdir",
+    "max_asset_uploads_in_flight",
+    "missing_asset_policy",
+)
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _validate_common(config: Any) -> None:
+    if not isinstance(config.subdir, str) or not config.subdir:
+        raise ValueError(f"subdir must be a non-empty relative folder name, got {config.subdir!r}")
+    check_relative(config.subdir, what="subdir")
+    if config.subdir.startswith(("_", ".")):
+        raise ValueError(
+            f"subdir {config.subdir!r} must not start with '_' or '.': those names are reserved "
+            "for refiner's own files and skipped by readers"
+        )
+    if config.missing_policy not in MISSING_POLICIES:
+        raise ValueError(
+            f"missing_policy {config.missing_policy!r} is not one of {', '.join(map(repr, MISSING_POLICIES))}"
+        )
+
+
+@dataclass(frozen=True)
+class FileAssetConfig:
+    """Copy every asset to its own file under ``<output>/<subdir>/<shard>__<attempt>/<column>/``.
+
+    The cell becomes the new file's absolute path or URL. Up to ``max_in_flight``
+    copies run at once; a row is written only after all of its copies finished.
+
+    Example:
+        >>> import refiner_core as mdr
+        >>> mdr.FileAssetConfig(subdir="media", max_in_flight=32, missing_policy="error").subdir
+        'media'
+    """
+
+    subdir: str = "assets"
+    max_in_flight: int = 16
+    missing_policy: str = "error"
+
+    def __post_init__(self) -> None:
+        _validate_common(self)
+        _positive("max_in_flight", self.max_in_flight)
+
+
+@dataclass(frozen=True)
+class BlobAssetConfig:
+    """Pack assets into block files under ``<output>/<subdir>/<shard>__<attempt>/<column>/``.
+
+    Each cell becomes ``{path, offset, size}``. A block rolls over when it is
+    non-empty and the next asset would take it past ``target_bytes``; an asset larger
+    than the target gets a block of its own.
+
+    Example:
+        >>> import refiner_core as mdr
+        >>> mdr.BlobAssetConfig(target_bytes=1 << 30).target_bytes
+        1073741824
+    """
+
+    subdir: str = "assets"
+    target_bytes: int = 1 << 30
+    missing_policy: str = "error"
+    max_in_flight: int = 16
+
+    def __post_init__(self) -> None:
+        _validate_common(self)
+        _positive("target_bytes", self.target_bytes)
+        _positive("max_in_flight", self.max_in_flight)
+
+
+AssetConfig = FileAssetConfig | BlobAssetConfig
+
+
+def resolve_assets_argument(
+    assets: Any, legacy: dict[str, Any], *, writer: str
+) -> AssetConfig | None:
+    """Validate ``assets=`` and map the old keywords onto ``FileAssetConfig`` with a warning."""
+    unknown = sorted(set(legacy) - set(LEGACY_KEYWORDS))
+    if unknown:
+        raise TypeError(f"{writer}() got unexpected keyword argument(s) {unknown}")
+    if assets is not None and not isinstance(assets, (FileAssetConfig, BlobAssetConfig)):
+        raise TypeError(
+            f"{writer}(assets=...) takes mdr.FileAssetConfig(...), mdr.BlobAssetConfig(...) or None, "
+            f"got {type(assets).__name__}"
+        )
+    if not legacy:
+        return assets
+    if assets is not None:
+        raise ValueError(
+            f"{writer}() got assets= together with the old keywords {sorted(legacy)}; "
+            "use only assets=mdr.FileAssetConfig(...)"
+        )
+    if not legacy.get("upload_assets", True) and len(legacy) == 1:
+        warnings.warn(
+            f"{writer}(upload_assets=False) is deprecated; use assets=None",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return None
+    options = {}
+    if "assets_subdir" in legacy:
+        options["subdir"] = legacy["assets_subdir"]
+    if "max_asset_uploads_in_flight" in legacy:
+        options["max_in_flight"] = legacy["max_asset_uploads_in_flight"]
+    if "missing_asset_policy" in legacy:
+        options["missing_policy"] = legacy["missing_asset_policy"]
+    config = FileAssetConfig(**options)
+    call = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    warnings.warn(
+        f"{writer}({', '.join(sorted(legacy))}) is deprecated; use "
+        f"assets=mdr.FileAssetConfig({call}) instead",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    return config

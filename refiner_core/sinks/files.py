@@ -1,0 +1,137 @@
+"""What Parquet and JSONL sinks share: one data file per shard attempt, created lazily."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from ..execution.attempts import LAYOUT_PATH, attempt_key
+from ..execution.blocks import conform
+from ..io.datafile import DataFolder
+from .assets import make_asset_writer, resolve_assets_argument
+from .template import FilenameTemplate
+
+
+class FileSink:
+    """Base of table-file sinks; subclasses give ``extension`` and ``open_table_writer``."""
+
+    format = "files"
+    extension = ""
+
+    def __init__(
+        self,
+        output: str,
+        *,
+        assets: Any = None,
+        filename_template: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **legacy: Any,
+    ) -> None:
+        self.assets = resolve_assets_argument(assets, legacy, writer=f"write_{self.format}")
+        self.template = FilenameTemplate(
+            filename_template or f"{{shard}}__{{attempt}}.{self.extension}"
+        )
+        self.folder = DataFolder(output, storage_options)
+
+    @property
+    def url(self) -> str:
+        return self.folder.url
+
+    def describe(self) -> str:
+        return f"write_{self.format} {self.url}"
+
+    def prepare(self, run_id: str) -> None:
+        """Called once before the first attempt: records the layout readers rely on."""
+        layout = {
+            "format": self.format,
+            "asset_subdirs": [self.assets.subdir] if self.assets else [],
+        }
+        self.folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
+
+    def open_attempt(self, shard_id: str, attempt_id: str) -> FileAttemptWriter:
+        return FileAttemptWriter(self, shard_id, attempt_id)
+
+    def finalize_stages(self) -> list[Any]:
+        from .finalize import FinalizeStage
+
+        return [FinalizeStage(self)]
+
+    def commit(self, committed: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+        """Hook for sinks that need a commit (Lance); plain files are visible already."""
+        return {}
+
+    def open_table_writer(self, file: Any, schema: pa.Schema) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Raise when this format cannot store ``schema``."""
+
+
+class FileAttemptWriter:
+    """Writes one shard attempt: assets first, then the data file that points at them."""
+
+    def __init__(self, sink: FileSink, shard_id: str, attempt_id: str) -> None:
+        self.sink = sink
+        self.shard_id = shard_id
+        self.attempt_id = attempt_id
+        self.relative = sink.template.format(shard_id, attempt_id)
+        self.assets = make_asset_writer(sink.assets, sink.folder, attempt_key(shard_id, attempt_id))
+        self._stack = contextlib.ExitStack()
+        self._file: Any = None
+        self._writer: Any = None
+        self._schema: pa.Schema | None = None
+        self.rows_written = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.sink.describe()} shard {self.shard_id}"
+
+    async def write(self, table: pa.Table) -> None:
+        if self.assets is not None:
+            table = await self.assets.process(
+                table, shard_id=self.shard_id, first_row=self.rows_written
+            )
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self.sink.check_schema(table.schema)
+            self._schema = table.schema
+            self._file = self._stack.enter_context(self.sink.folder.open_atomic(self.relative))
+            self._writer = self.sink.open_table_writer(self._file, table.schema)
+        else:
+            table = conform(table, self._schema, where=self.where)
+        self._writer.write(table)
+        self.rows_written += table.num_rows
+
+    async def close(self) -> dict[str, Any]:
+        written: dict[str, Any] = {"files": [], "asset_dirs": [], "counters": {}}
+        if self.assets is not None:
+            asset_result = await self.assets.close()
+            written["asset_dirs"] = asset_result.get("asset_dirs", [])
+            written["counters"].update(asset_result.get("counters", {}))
+        bytes_written = 0
+        if self._writer is not None:
+            self._writer.close()
+            bytes_written = self._file.tell()
+            self._stack.close()
+            written["files"] = [self.relative]
+        written["counters"].update(
+            rows_written=self.rows_written,
+            files_written=len(written["files"]),
+            bytes_written=bytes_written,
+        )
+        return written
+
+    async def abort(self) -> None:
+        error = RuntimeError("attempt aborted")
+        with contextlib.suppress(Exception):
+            if self._writer is not None:
+                self._writer.close()
+        with contextlib.suppress(Exception):
+            self._stack.__exit__(type(error), error, None)
+        if self.assets is not None:
+            with contextlib.suppress(Exception):
+                await self.assets.abort()

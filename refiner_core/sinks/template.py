@@ -1,0 +1,59 @@
+"""Data file names: a template carrying the shard and attempt, checked to stay inside the output."""
+
+from __future__ import annotations
+
+import re
+import string
+
+from ..execution.attempts import ATTEMPT_ID_PATTERN, SHARD_ID_PATTERN
+from ..io.datafile import check_relative
+
+_FIELDS = {"shard", "attempt"}
+
+
+class FilenameTemplate:
+    """``"{shard}__{attempt}.parquet"``-style names; both fields are required.
+
+    Example:
+        >>> FilenameTemplate("part-{shard}-{attempt}.parquet").format("00001", "0123456789ab")
+        'part-00001-0123456789ab.parquet'
+    """
+
+    def __init__(self, template: str) -> None:
+        if not isinstance(template, str) or not template:
+            raise ValueError(f"filename_template must be a non-empty string, got {template!r}")
+        try:
+            names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as exc:
+            raise ValueError(
+                f"filename_template {template!r} is not a valid format string: {exc}"
+            ) from exc
+        unknown = names - _FIELDS
+        if unknown:
+            raise ValueError(
+                f"filename_template {template!r} uses unknown fields {sorted(unknown)}; "
+                "only {shard} and {attempt} are available"
+            )
+        if names != _FIELDS:
+            raise ValueError(
+                f"filename_template {template!r} must contain both {{shard}} and {{attempt}} so "
+                "every attempt writes its own file and finalization can tell attempts apart"
+            )
+        self.template = template
+        check_relative(self.format("00000", "0" * 12), what=f"filename_template {template!r}")
+        pattern = ""
+        for literal, field, _, _ in string.Formatter().parse(template):
+            pattern += re.escape(literal)
+            if field == "shard":
+                pattern += f"(?P<shard>{SHARD_ID_PATTERN})"
+            elif field == "attempt":
+                pattern += f"(?P<attempt>{ATTEMPT_ID_PATTERN})"
+        self._regex = re.compile(pattern + r"\Z")
+
+    def format(self, shard_id: str, attempt_id: str) -> str:
+        return self.template.format(shard=shard_id, attempt=attempt_id)
+
+    def parse(self, relative: str) -> tuple[str, str] | None:
+        """``(shard, attempt)`` of a file this template named, else ``None``."""
+        match = self._regex.match(relative)
+        return (match["shard"], match["attempt"]) if match else None

@@ -1,0 +1,8 @@
+"""Sources: each one module implementing ``Source``; register new ones here."""
+
+from .base import MAX_SHARDS, Shard, Source
+from .items import ItemsSource
+from .jsonl import JsonlSource
+from .parquet import ParquetSource
+
+__all__ = ["MAX_SHARDS", "ItemsSource", "JsonlSource", "ParquetSource", "Shard", "Source"]

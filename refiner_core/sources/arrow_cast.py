@@ -1,0 +1,35 @@
+"""Applying declared dtypes (types and asset marks) to Arrow data."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def apply_fields(table: pa.Table, fields: dict[str, pa.Field], *, where: str) -> pa.Table:
+    """Cast the declared columns of ``table`` and attach their field metadata."""
+    if not fields:
+        return table
+    schema = table.schema
+    columns = list(table.columns)
+    new_fields = list(schema)
+    for i, current in enumerate(schema):
+        declared = fields.get(current.name)
+        if declared is None:
+            continue
+        column = columns[i]
+        if not column.type.equals(declared.type):
+            try:
+                column = column.cast(declared.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise ValueError(
+                    f"{where}: column {current.name!r} of type {current.type} cannot be cast to "
+                    f"the declared dtype {declared.type}: {exc}. Fix the dtypes= entry or the data"
+                ) from exc
+        columns[i] = column
+        new_fields[i] = declared.with_nullable(True)
+    return pa.Table.from_arrays(columns, schema=pa.schema(new_fields, metadata=schema.metadata))
+
+
+def schema_with_fields(schema: pa.Schema, fields: dict[str, pa.Field]) -> pa.Schema:
+    """``schema`` with declared fields replacing their namesakes."""
+    return pa.schema([fields.get(f.name, f) for f in schema], metadata=schema.metadata)

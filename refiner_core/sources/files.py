@@ -1,0 +1,78 @@
+"""Expanding user inputs (paths, globs, folders, lists) into concrete files."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from ..io.datafile import full_url, resolve
+
+
+def expand_inputs(
+    inputs: Any, *, suffixes: tuple[str, ...], storage_options: dict[str, Any] | None, what: str
+) -> list[tuple[Any, str]]:
+    """Return ``(fs, path)`` for every file named by ``inputs``, sorted and de-duplicated.
+
+    A folder is searched recursively for files ending in ``suffixes``, skipping
+    entries whose name starts with ``_`` or ``.`` and the asset folders recorded by
+    a refiner writer, so a written output folder reads back directly.
+    """
+    items = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    if not items:
+        raise ValueError(f"{what}: no inputs given; pass a path, glob, folder or list of them")
+    found: dict[str, tuple[Any, str]] = {}
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{what}: inputs must be strings, got {item!r}")
+        fs, path = resolve(item, storage_options)
+        if any(ch in path for ch in "*?["):
+            matches = sorted(fs.glob(path))
+            if not matches:
+                raise FileNotFoundError(f"{what}: glob {item!r} matched no files")
+            for m in matches:
+                if fs.isdir(m):
+                    for f in _walk(fs, m, suffixes):
+                        found[full_url(fs, f)] = (fs, f)
+                else:
+                    found[full_url(fs, m)] = (fs, m)
+        elif fs.isdir(path):
+            files = _walk(fs, path, suffixes)
+            if not files:
+                raise FileNotFoundError(
+                    f"{what}: folder {item!r} holds no files ending in {', '.join(suffixes)}"
+                )
+            for f in files:
+                found[full_url(fs, f)] = (fs, f)
+        elif fs.exists(path):
+            found[full_url(fs, path)] = (fs, path)
+        else:
+            raise FileNotFoundError(f"{what}: input {item!r} does not exist")
+    return [found[k] for k in sorted(found)]
+
+
+def _asset_subdirs(fs, folder: str) -> set[str]:
+    layout = posixpath.join(folder, "_refiner", "layout.json")
+    try:
+        with fs.open(layout, "rb") as f:
+            return set(json.load(f).get("asset_subdirs", []))
+    except (FileNotFoundError, ValueError, OSError):
+        return set()
+
+
+def _walk(fs, folder: str, suffixes: tuple[str, ...]) -> list[str]:
+    skip = {posixpath.join(folder.rstrip("/"), d) for d in _asset_subdirs(fs, folder)}
+    out: list[str] = []
+    stack = [folder.rstrip("/")]
+    while stack:
+        current = stack.pop()
+        for entry in fs.ls(current, detail=True):
+            name = entry["name"].rstrip("/")
+            base = posixpath.basename(name)
+            if base.startswith(("_", ".")) or name in skip:
+                continue
+            if entry["type"] == "directory":
+                stack.append(name)
+            elif base.endswith(suffixes):
+                out.append(name)
+    return sorted(out)

@@ -1,0 +1,51 @@
+"""In-memory items as a source: mappings become rows, other values ``{"item": value}``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from ..datatype import fields_from_dtypes
+from ..row import Row
+from .base import Shard, check_positive, make_shards
+
+
+class ItemsSource:
+    """A list of Python values split into shards of ``items_per_shard``."""
+
+    name = "from_items"
+
+    def __init__(
+        self,
+        items: Iterable[Any],
+        *,
+        items_per_shard: int = 1000,
+        dtypes: dict[str, Any] | None = None,
+    ) -> None:
+        check_positive("items_per_shard", items_per_shard)
+        if isinstance(items, (str, bytes, Mapping)):
+            raise TypeError("from_items expects an iterable of items (e.g. a list of dicts)")
+        self.items = list(items)
+        self.items_per_shard = items_per_shard
+        self.fields = fields_from_dtypes(dtypes)
+
+    def plan(self) -> list[Shard]:
+        n = self.items_per_shard
+        slices = [(i, min(i + n, len(self.items))) for i in range(0, len(self.items), n)]
+        return make_shards(slices, source="from_items")
+
+    def schema_hint(self):
+        return None
+
+    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[list[Row]]:
+        start, end = shard.payload
+        for block_start in range(start, end, batch_rows):
+            block = []
+            for item in self.items[block_start : min(end, block_start + batch_rows)]:
+                if isinstance(item, Row):
+                    block.append(item)
+                elif isinstance(item, Mapping):
+                    block.append(Row(item))
+                else:
+                    block.append(Row._wrap({"item": item}))
+            yield block

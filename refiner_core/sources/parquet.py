@@ -1,0 +1,132 @@
+"""Parquet source: files, folders and globs, sharded by row groups up to a byte target."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..datatype import fields_from_dtypes
+from ..io.datafile import full_url, resolve
+from .arrow_cast import apply_fields, schema_with_fields
+from .base import (
+    DEFAULT_TARGET_SHARD_BYTES,
+    Shard,
+    check_num_shards,
+    check_positive,
+    make_shards,
+)
+from .files import expand_inputs
+
+
+class ParquetSource:
+    """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``."""
+
+    name = "read_parquet"
+
+    def __init__(
+        self,
+        inputs: Any,
+        *,
+        dtypes: dict[str, Any] | None = None,
+        columns: list[str] | None = None,
+        num_shards: int | None = None,
+        target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        check_num_shards(num_shards)
+        check_positive("target_shard_bytes", target_shard_bytes)
+        if columns is not None and (
+            isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
+        ):
+            raise TypeError(f"columns must be a list of column names, got {columns!r}")
+        self.inputs = inputs
+        self.fields = fields_from_dtypes(dtypes)
+        self.columns = list(columns) if columns is not None else None
+        self.num_shards = num_shards
+        self.target_shard_bytes = target_shard_bytes
+        self.storage_options = storage_options
+        self._schema: pa.Schema | None = None
+
+    def _metadata(self, fs, path: str) -> pq.FileMetaData:
+        try:
+            with fs.open(path, "rb") as f:
+                return pq.ParquetFile(f).metadata
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(
+                f"read_parquet: cannot read Parquet file {full_url(fs, path)}: {exc}. "
+                "Remove or replace the file, or exclude it from the inputs"
+            ) from exc
+
+    def plan(self) -> list[Shard]:
+        files = expand_inputs(
+            self.inputs,
+            suffixes=(".parquet", ".pq"),
+            storage_options=self.storage_options,
+            what="read_parquet",
+        )
+        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+            metas = list(pool.map(lambda fp: self._metadata(*fp), files))
+        self._schema = metas[0].schema.to_arrow_schema()
+        if self.columns is not None:
+            missing = [c for c in self.columns if c not in self._schema.names]
+            if missing:
+                raise ValueError(
+                    f"read_parquet: columns {missing} are not in {full_url(*files[0])} "
+                    f"(it has {self._schema.names})"
+                )
+        pieces = [
+            (path, rg, max(1, meta.row_group(rg).total_byte_size))
+            for (fs, path), meta in zip(files, metas, strict=True)
+            for rg in range(meta.num_row_groups)
+        ]
+        if not pieces:
+            return []
+        total = sum(size for _, _, size in pieces)
+        target = self.target_shard_bytes
+        if self.num_shards is not None:
+            target = max(1, -(-total // self.num_shards))
+        groups: list[list[tuple[str, int]]] = [[]]
+        current = 0
+        for path, rg, size in pieces:
+            if groups[-1] and current + size > target:
+                groups.append([])
+                current = 0
+            groups[-1].append((path, rg))
+            current += size
+        payloads = []
+        for group in groups:
+            by_file: dict[str, list[int]] = {}
+            for path, rg in group:
+                by_file.setdefault(path, []).append(rg)
+            payloads.append(tuple((p, tuple(rgs)) for p, rgs in by_file.items()))
+        return make_shards(payloads, source="read_parquet")
+
+    def schema_hint(self) -> pa.Schema | None:
+        if self._schema is None:
+            return None
+        schema = self._schema
+        if self.columns is not None:
+            schema = pa.schema([schema.field(c) for c in self.columns], metadata=schema.metadata)
+        return schema_with_fields(schema, self.fields)
+
+    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[pa.Table]:
+        fs = self._filesystem()
+        for path, row_groups in shard.payload:
+            where = f"read_parquet {full_url(fs, path)}"
+            try:
+                with fs.open(path, "rb") as f:
+                    pf = pq.ParquetFile(f)
+                    for batch in pf.iter_batches(
+                        batch_size=batch_rows, row_groups=list(row_groups), columns=self.columns
+                    ):
+                        yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise ValueError(f"{where}: cannot read the file: {exc}") from exc
+
+    def _filesystem(self):
+        first = self.inputs if isinstance(self.inputs, str) else list(self.inputs)[0]
+        return resolve(first, self.storage_options)[0]
