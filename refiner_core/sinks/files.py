@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import json
 from typing import Any
@@ -13,6 +15,8 @@ from ..execution.blocks import conform
 from ..io.datafile import DataFolder
 from .assets import make_asset_writer, resolve_assets_argument
 from .template import FilenameTemplate
+
+MAX_PENDING_BLOCKS = 4
 
 
 class FileSink:
@@ -84,16 +88,32 @@ class FileAttemptWriter:
         self._writer: Any = None
         self._schema: pa.Schema | None = None
         self.rows_written = 0
+        self.rows_seen = 0
+        self._pending: collections.deque[asyncio.Future] = collections.deque()
 
     @property
     def where(self) -> str:
         return f"{self.sink.describe()} shard {self.shard_id}"
 
     async def write(self, table: pa.Table) -> None:
-        if self.assets is not None:
-            table = await self.assets.process(
-                table, shard_id=self.shard_id, first_row=self.rows_written
+        """Queue ``table``; its assets are copied while later blocks arrive, rows land in order."""
+        if self.assets is None:
+            self._write_table(table)
+            return
+        first_row = self.rows_seen
+        self.rows_seen += table.num_rows
+        self._pending.append(
+            asyncio.ensure_future(
+                self.assets.process(table, shard_id=self.shard_id, first_row=first_row)
             )
+        )
+        while self._pending and (
+            self._pending[0].done() or len(self._pending) > MAX_PENDING_BLOCKS
+        ):
+            for ready in await self._pending.popleft():
+                self._write_table(ready)
+
+    def _write_table(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
         if self._writer is None:
@@ -109,6 +129,11 @@ class FileAttemptWriter:
     async def close(self) -> dict[str, Any]:
         written: dict[str, Any] = {"files": [], "asset_dirs": [], "counters": {}}
         if self.assets is not None:
+            while self._pending:
+                for ready in await self._pending.popleft():
+                    self._write_table(ready)
+            for ready in await self.assets.flush():
+                self._write_table(ready)
             asset_result = await self.assets.close()
             written["asset_dirs"] = asset_result.get("asset_dirs", [])
             written["counters"].update(asset_result.get("counters", {}))
@@ -126,6 +151,11 @@ class FileAttemptWriter:
         return written
 
     async def abort(self) -> None:
+        for task in self._pending:
+            task.cancel()
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
         error = RuntimeError("attempt aborted")
         with contextlib.suppress(Exception):
             if self._writer is not None:

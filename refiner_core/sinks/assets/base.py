@@ -1,0 +1,204 @@
+"""What both asset writers share: per-cell jobs, missing-asset policies, table rebuild."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from ...datatype import with_asset_form
+from ...io.datafile import is_local
+from .columns import AssetColumn, asset_columns
+from .fetch import Filesystems, describe
+
+DROPPED = object()
+
+
+class AssetWriteError(RuntimeError):
+    """An asset could not be read or written for a reason other than a missing file."""
+
+
+class MissingAssetError(FileNotFoundError):
+    """An asset's file does not exist and the missing policy is ``"error"``."""
+
+
+class AssetWriterBase:
+    """One shard attempt's asset writer; subclasses define ``output_form`` and ``_write_column``."""
+
+    output_form = "path"
+
+    def __init__(self, config: Any, folder: Any, attempt: str) -> None:
+        self.config = config
+        self.folder = folder
+        self.attempt = attempt
+        self.attempt_dir = f"{config.subdir}/{attempt}"
+        self.filesystems = Filesystems(folder.fs.protocol, folder.storage_options)
+        self.local_output = is_local(folder.fs)
+        self.counters: dict[str, int] = {
+            "assets_written": 0,
+            "asset_bytes": 0,
+            "blocks_written": 0,
+            "block_bytes": 0,
+            "blobs_coalesced": 0,
+            "references_coalesced": 0,
+            "bytes_coalesced": 0,
+            "ranges_copied": 0,
+            "bytes_range_copied": 0,
+            "missing_assets": 0,
+            "cells_nulled": 0,
+            "rows_dropped": 0,
+        }
+        self._executor: ThreadPoolExecutor | None = None
+        self._touched = False
+
+    # threads ---------------------------------------------------------------
+    async def in_thread(self, fn: Any, *args: Any) -> Any:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=max(4, self.config.max_in_flight))
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # policy ----------------------------------------------------------------
+    def on_missing(
+        self, column: AssetColumn, row: int, element: int | None, path: str, shard_id: str
+    ) -> Any:
+        """Apply the missing policy to one cell or list element; returns its replacement."""
+        self.counters["missing_assets"] += 1
+        policy = self.config.missing_policy
+        if policy == "set_null":
+            self.counters["cells_nulled"] += 1
+            return None
+        if policy == "drop_row":
+            return DROPPED
+        where = f"column {column.name!r}, row {row}" + (
+            f" element {element}" if element is not None else ""
+        )
+        raise MissingAssetError(
+            f"missing asset in {where} of shard {shard_id}: {path} does not exist. Fix the path, "
+            "or pass missing_policy='set_null' (keep the row, null the cell) or 'drop_row'"
+        )
+
+    def fail(
+        self,
+        column: AssetColumn,
+        row: int,
+        element: int | None,
+        value: Any,
+        exc: Exception,
+        shard_id: str,
+    ) -> Exception:
+        """An error naming the column, row and value; keeps ValueError/TypeError/EOFError types."""
+        where = f"column {column.name!r}, row {row}" + (
+            f" element {element}" if element is not None else ""
+        )
+        message = f"cannot write asset in {where} of shard {shard_id} ({describe(value)}): {exc}"
+        kind = type(exc) if type(exc) in (ValueError, TypeError, EOFError) else AssetWriteError
+        error = kind(message)
+        error.__cause__ = exc
+        return error
+
+    # table -------------------------------------------------------------------
+    async def process_table(self, table: pa.Table, *, shard_id: str, first_row: int) -> pa.Table:
+        columns = asset_columns(table.schema)
+        if not columns or table.num_rows == 0:
+            return table
+        self._touched = True
+        dropped = [False] * table.num_rows
+        replaced: dict[int, tuple[pa.Field, list[Any]]] = {}
+        for column in columns:
+            values = table.column(column.index).to_pylist()
+            new_values = await self._write_column(
+                column, values, dropped, shard_id=shard_id, first_row=first_row
+            )
+            for i, value in enumerate(new_values):
+                if (
+                    value is DROPPED
+                    or column.info.is_list
+                    and isinstance(value, list)
+                    and any(v is DROPPED for v in value)
+                ):
+                    dropped[i] = True
+            replaced[column.index] = (with_asset_form(column.field, self.output_form), new_values)
+        arrays = []
+        fields = []
+        keep = [i for i, d in enumerate(dropped) if not d]
+        for index, field in enumerate(table.schema):
+            if index in replaced:
+                new_field, values = replaced[index]
+                arrays.append(pa.array([values[i] for i in keep], type=new_field.type))
+                fields.append(new_field)
+            else:
+                column = table.column(index)
+                arrays.append(
+                    column.take(pa.array(keep, type=pa.int64()))
+                    if len(keep) != table.num_rows
+                    else column
+                )
+                fields.append(field)
+        self.counters["rows_dropped"] += table.num_rows - len(keep)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def jobs(self, column: AssetColumn, values: list[Any], dropped: list[bool]):
+        """``(row index, element index or None, value)`` for every non-null asset value."""
+        for i, value in enumerate(values):
+            if dropped[i] or value is None:
+                continue
+            if column.info.is_list:
+                for j, element in enumerate(value):
+                    if element is not None:
+                        yield i, j, element
+            else:
+                yield i, None, value
+
+    @staticmethod
+    def place(
+        results: list[Any],
+        column: AssetColumn,
+        values: list[Any],
+        row: int,
+        element: int | None,
+        value: Any,
+    ) -> None:
+        if element is None:
+            results[row] = value
+        else:
+            if not isinstance(results[row], list):
+                results[row] = list(values[row])
+            results[row][element] = value
+
+    async def _write_column(
+        self, column, values, dropped, *, shard_id, first_row
+    ) -> list[Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    # lifecycle -------------------------------------------------------------
+    async def process(self, table: pa.Table, *, shard_id: str, first_row: int) -> list[pa.Table]:
+        return [await self.process_table(table, shard_id=shard_id, first_row=first_row)]
+
+    async def flush(self) -> list[pa.Table]:
+        return []
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "asset_dirs": [self.attempt_dir] if self._touched else [],
+            "counters": dict(self.counters),
+        }
+
+    async def close(self) -> dict[str, Any]:
+        self._shutdown()
+        return self.result()
+
+    async def abort(self) -> None:
+        self._shutdown()
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove whatever this failed attempt already copied, so nothing half-done stays visible."""
+        if self._touched:
+            self.folder.rm(self.attempt_dir, recursive=True)

@@ -1,0 +1,188 @@
+"""``BlobAssetConfig``: pack assets into worker-owned blocks; cells become blob references."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import pyarrow as pa
+
+from ...io.blob import validate_reference
+from .base import AssetWriterBase
+from .blocks import BlockWriter
+from .coalesce import plan_coalescing
+from .columns import AssetColumn, asset_columns
+from .fetch import MissingAsset, is_remote, open_source, source_size
+
+DEFER_MAX_ROWS = 262_144
+
+
+class BlobAssetWriter(AssetWriterBase):
+    """Appends each asset to the open block of its column (one per attempt and column).
+
+    With ``missing_policy="error"``, blob-reference columns are held (references
+    only, never media bytes) until the shard ends or ``DEFER_MAX_ROWS`` rows, so
+    that source blobs covered entirely by their references are copied once.
+    """
+
+    output_form = "blob"
+
+    def __init__(self, config: Any, folder: Any, attempt: str) -> None:
+        super().__init__(config, folder, attempt)
+        self.blocks: dict[str, BlockWriter] = {}
+        self._lock = asyncio.Lock()
+        self._held: list[tuple[pa.Table, str, int]] = []
+        self._held_rows = 0
+
+    def _block(self, column: AssetColumn) -> BlockWriter:
+        writer = self.blocks.get(column.name)
+        if writer is None:
+            directory = f"{self.attempt_dir}/{column.dirname}"
+            if any(b.directory == directory for b in self.blocks.values()):
+                directory = f"{directory}-{column.index}"
+            writer = BlockWriter(self.folder, directory, self.config.target_bytes, self.counters)
+            self.blocks[column.name] = writer
+        return writer
+
+    def _coalescible(self, schema: pa.Schema) -> bool:
+        return self.config.missing_policy == "error" and any(
+            c.info.form == "blob" and not c.info.is_list for c in asset_columns(schema)
+        )
+
+    async def process(self, table: pa.Table, *, shard_id: str, first_row: int) -> list[pa.Table]:
+        async with self._lock:
+            if not self._coalescible(table.schema):
+                return [await self.process_table(table, shard_id=shard_id, first_row=first_row)]
+            self._held.append((table, shard_id, first_row))
+            self._held_rows += table.num_rows
+            if self._held_rows < DEFER_MAX_ROWS:
+                return []
+            return await self._release()
+
+    async def flush(self) -> list[pa.Table]:
+        async with self._lock:
+            return await self._release()
+
+    async def _release(self) -> list[pa.Table]:
+        if not self._held:
+            return []
+        tables = [t for t, _, _ in self._held]
+        shard_id, first_row = self._held[0][1], self._held[0][2]
+        self._held, self._held_rows = [], 0
+        combined = (
+            pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        )
+        return [await self.process_table(combined, shard_id=shard_id, first_row=first_row)]
+
+    async def _write_column(self, column, values, dropped, *, shard_id, first_row) -> list[Any]:
+        block = self._block(column)
+        results: list[Any] = list(values)
+        whole: dict[str, int] = {}
+        if (
+            column.info.form == "blob"
+            and not column.info.is_list
+            and self.config.missing_policy == "error"
+        ):
+            whole = await self.in_thread(
+                plan_coalescing, values, lambda p: source_size(p, self.filesystems)
+            )
+        copied: dict[str, tuple[str, int]] = {}
+        form = column.info.form
+        prefetch: collections.deque = collections.deque()
+        jobs = iter(self.jobs(column, values, dropped))
+
+        def fetch(value: Any):
+            try:
+                return open_source(value, form, self.filesystems), None
+            except Exception as exc:  # reported in row order below
+                return None, exc
+
+        async def fetch_async(value: Any):
+            return await self.in_thread(fetch, value)
+
+        def schedule() -> None:
+            for row, element, value in jobs:
+                if whole and validate_reference(value)[0] in whole:
+                    prefetch.append((row, element, value, None))
+                elif not is_remote(value, form):
+                    prefetch.append((row, element, value, fetch(value)))
+                else:
+                    prefetch.append(
+                        (row, element, value, asyncio.ensure_future(fetch_async(value)))
+                    )
+                if len(prefetch) >= self.config.max_in_flight:
+                    return
+
+        try:
+            schedule()
+            while prefetch:
+                row, element, value, pending = prefetch.popleft()
+                if pending is None:
+                    path, offset, size = validate_reference(value)
+                    if path not in copied:
+                        fs, fs_path = self.filesystems.resolve(path)
+                        copied[path] = await self.in_thread(
+                            block.copy_whole, fs, fs_path, path, whole[path]
+                        )
+                        self.counters["blobs_coalesced"] += 1
+                        self.counters["bytes_coalesced"] += whole[path]
+                        self.counters["asset_bytes"] += whole[path]
+                    url, start = copied[path]
+                    self.counters["references_coalesced"] += 1
+                    self.counters["assets_written"] += 1
+                    self.place(
+                        results,
+                        column,
+                        values,
+                        row,
+                        element,
+                        {"path": url, "offset": start + offset, "size": size},
+                    )
+                else:
+                    source, error = await pending if asyncio.isfuture(pending) else pending
+                    if error is not None:
+                        if isinstance(error, MissingAsset):
+                            new = self.on_missing(
+                                column, first_row + row, element, error.path, shard_id
+                            )
+                            self.place(results, column, values, row, element, new)
+                            schedule()
+                            continue
+                        raise self.fail(column, first_row + row, element, value, error, shard_id)
+                    url, start = (
+                        block.append(source)
+                        if source.data is not None
+                        else await self.in_thread(block.append, source)
+                    )
+                    self.counters["assets_written"] += 1
+                    self.counters["asset_bytes"] += source.size
+                    if form == "blob":
+                        self.counters["ranges_copied"] += 1
+                        self.counters["bytes_range_copied"] += source.size
+                    self.place(
+                        results,
+                        column,
+                        values,
+                        row,
+                        element,
+                        {"path": url, "offset": start, "size": source.size},
+                    )
+                schedule()
+        finally:
+            for item in prefetch:
+                if asyncio.isfuture(item[3]):
+                    item[3].cancel()
+        return results
+
+    async def close(self) -> dict[str, Any]:
+        for block in self.blocks.values():
+            block.close()
+        self._shutdown()
+        return self.result()
+
+    async def abort(self) -> None:
+        for block in self.blocks.values():
+            block.abort()
+        self._shutdown()
+        self.discard()

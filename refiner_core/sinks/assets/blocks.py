@@ -1,0 +1,104 @@
+"""Block files: append-only packs of asset bytes with the rollover rule of BlobAssetConfig."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from typing import Any
+
+from ...io.datafile import is_local
+from .fetch import Source
+
+WHOLE_COPY_MIN_BYTES = 8 * 1024 * 1024
+
+
+class BlockWriter:
+    """Packs one column's assets into ``<dir>/block-00000.bin``, ``block-00001.bin`` …
+
+    A block rolls over when it is non-empty and the next asset would take it past
+    ``target_bytes``; an asset larger than the target gets a block of its own. Each
+    block is opened with its largest possible final size as the upload size hint and
+    becomes visible only when it is closed whole.
+    """
+
+    def __init__(
+        self, folder: Any, directory: str, target_bytes: int, counters: dict[str, int]
+    ) -> None:
+        self.folder = folder
+        self.directory = directory
+        self.target = target_bytes
+        self.counters = counters
+        self.index = 0
+        self._stack: contextlib.ExitStack | None = None
+        self._file: Any = None
+        self._url = ""
+        self._offset = 0
+
+    def _next_relative(self) -> str:
+        relative = f"{self.directory}/block-{self.index:05d}.bin"
+        self.index += 1
+        return relative
+
+    def _close_current(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self.counters["blocks_written"] += 1
+            self.counters["block_bytes"] += self._offset
+            self._stack = None
+            self._file = None
+
+    def _room_for(self, size: int) -> None:
+        if self._stack is not None and self._offset > 0 and self._offset + size > self.target:
+            self._close_current()
+        if self._stack is None:
+            relative = self._next_relative()
+            self._stack = contextlib.ExitStack()
+            self._file = self._stack.enter_context(
+                self.folder.open_atomic(relative, size_hint=max(self.target, size))
+            )
+            self._url = self.folder.url_of(relative)
+            self._offset = 0
+
+    def append(self, source: Source) -> tuple[str, int]:
+        """Append one asset; returns ``(block url, offset)``."""
+        self._room_for(source.size)
+        start = self._offset
+        written = 0
+        for chunk in source.chunks():
+            self._file.write(chunk)
+            written += len(chunk)
+        if written != source.size:
+            raise EOFError(
+                f"asset {source.url or '<bytes>'} gave {written} bytes, expected {source.size}"
+            )
+        self._offset += written
+        return self._url, start
+
+    def copy_whole(self, fs: Any, path: str, url: str, size: int) -> tuple[str, int]:
+        """Copy a whole source blob once: server-side into its own block when large, else streamed."""
+        fits = self._stack is not None and self._offset > 0 and self._offset + size <= self.target
+        same_fs = fs is self.folder.fs or (is_local(fs) and is_local(self.folder.fs))
+        if not fits and same_fs and size >= min(self.target, WHOLE_COPY_MIN_BYTES):
+            relative = self._next_relative()
+            destination = self.folder.join(relative)
+            if is_local(fs):
+                import os
+
+                os.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
+                shutil.copyfile(path, destination)
+            else:
+                fs.copy(path, destination)
+            self.counters["blocks_written"] += 1
+            self.counters["block_bytes"] += size
+            return self.folder.url_of(relative), 0
+        return self.append(Source(size=size, fs=fs, path=path, url=url))
+
+    def close(self) -> None:
+        self._close_current()
+
+    def abort(self) -> None:
+        if self._stack is not None:
+            error = RuntimeError("block aborted")
+            with contextlib.suppress(Exception):
+                self._stack.__exit__(type(error), error, None)
+            self._stack = None

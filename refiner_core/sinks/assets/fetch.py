@@ -1,0 +1,140 @@
+"""Reading asset values (paths, inline bytes, blob references) and telling missing from broken."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ...io.blob import validate_reference
+from ...io.datafile import is_local, resolve
+
+INLINE_LIMIT = 8 * 1024 * 1024
+STREAM_CHUNK = 8 * 1024 * 1024
+
+
+class MissingAsset(Exception):
+    """The file or object an asset value points to does not exist."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+@dataclass
+class Source:
+    """One asset's bytes: in hand (``data``) or streamed from ``fs``/``path`` when large."""
+
+    size: int
+    data: bytes | None = None
+    fs: Any = None
+    path: str | None = None
+    url: str | None = None
+    offset: int = 0
+
+    def chunks(self):
+        if self.data is not None:
+            yield self.data
+            return
+        with self.fs.open(self.path, "rb") as f:
+            f.seek(self.offset)
+            left = self.size
+            while left > 0:
+                chunk = f.read(min(STREAM_CHUNK, left))
+                if not chunk:
+                    raise EOFError(f"{self.url} ended {left} bytes early while it was being copied")
+                left -= len(chunk)
+                yield chunk
+
+
+class Filesystems:
+    """Resolves source URLs, reusing the output's storage options for the same protocol."""
+
+    def __init__(self, protocol: Any, storage_options: dict[str, Any]) -> None:
+        self.protocol = protocol
+        self.storage_options = storage_options
+        self._cache: dict[str, Any] = {}
+
+    def resolve(self, url: str):
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        fs = self._cache.get(scheme)
+        if fs is None:
+            protocols = self.protocol if isinstance(self.protocol, tuple) else (self.protocol,)
+            options = self.storage_options if scheme in protocols else None
+            fs, path = resolve(url, options)
+            self._cache[scheme] = fs
+            return fs, path
+        if is_local(fs):
+            return fs, os.path.abspath(url[7:] if url.startswith("file://") else url)
+        return fs, fs._strip_protocol(url)
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} inline bytes>"
+    return repr(value)
+
+
+def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
+    """Fetch one asset value; raises :class:`MissingAsset` only when its file does not exist."""
+    if form == "bytes":
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"expected inline bytes, got {type(value).__name__}")
+        return Source(size=len(value), data=bytes(value))
+    if form == "path":
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"expected a non-empty path string, got {describe(value)}")
+        fs, path = filesystems.resolve(value)
+        try:
+            size = int(fs.size(path))
+        except FileNotFoundError as exc:
+            raise MissingAsset(value) from exc
+        if size <= INLINE_LIMIT:
+            try:
+                data = fs.cat_file(path)
+            except FileNotFoundError as exc:
+                raise MissingAsset(value) from exc
+            return Source(size=len(data), data=data)
+        return Source(size=size, fs=fs, path=path, url=value)
+    if form == "blob":
+        url, offset, size = validate_reference(value)
+        fs, path = filesystems.resolve(url)
+        if size > INLINE_LIMIT:
+            try:
+                available = int(fs.size(path))
+            except FileNotFoundError as exc:
+                raise MissingAsset(url) from exc
+            if offset + size > available:
+                raise EOFError(
+                    f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: the blob has {available} bytes"
+                )
+            return Source(size=size, fs=fs, path=path, url=url, offset=offset)
+        try:
+            data = fs.cat_file(path, start=offset, end=offset + size) if size else b""
+        except FileNotFoundError as exc:
+            raise MissingAsset(url) from exc
+        if len(data) != size:
+            available = int(fs.size(path))
+            raise EOFError(
+                f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: "
+                f"the blob has {available} bytes"
+            )
+        return Source(size=size, data=data)
+    raise ValueError(f"unknown asset form {form!r}")
+
+
+def source_size(url: str, filesystems: Filesystems) -> int:
+    """Exact size of a source blob; :class:`MissingAsset` when it does not exist."""
+    fs, path = filesystems.resolve(url)
+    try:
+        return int(fs.size(path))
+    except FileNotFoundError as exc:
+        raise MissingAsset(url) from exc
+
+
+def is_remote(value: Any, form: str) -> bool:
+    """Whether reading ``value`` goes over the network (worth a thread and a prefetch window)."""
+    if form == "bytes":
+        return False
+    url = value.get("path") if isinstance(value, dict) else value
+    return isinstance(url, str) and "://" in url and not url.startswith("file://")
