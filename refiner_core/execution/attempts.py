@@ -93,10 +93,10 @@ def write_manifest(folder: Any, manifest: dict[str, Any]) -> None:
 def read_manifests(folder: Any) -> list[dict[str, Any]]:
     """Every attempt manifest persisted under ``folder`` (unreadable ones raise, naming the file)."""
     manifests = []
-    for relative in folder.find(MANIFEST_DIR):
-        name = relative.rsplit("/", 1)[-1]
+    for name in folder.listdir(MANIFEST_DIR):
         if not name.endswith(".json") or name.startswith("."):
             continue
+        relative = f"{MANIFEST_DIR}/{name}"
         try:
             manifests.append(json.loads(folder.read_bytes(relative)))
         except ValueError as exc:

@@ -158,6 +158,21 @@ class DataFolder:
             found.append(p[len(prefix) :] if p.startswith(prefix) else p)
         return sorted(found)
 
+    def listdir(self, relative: str) -> list[str]:
+        """Names of the entries directly in ``relative`` (one listing; empty if it is absent)."""
+        base = self.join(relative)
+        try:
+            entries = (
+                self.fs.ls(base, detail=False, refresh=True)
+                if not is_local(self.fs)
+                else self.fs.ls(base, detail=False)
+            )
+        except FileNotFoundError:
+            return []
+        return sorted(
+            e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != base.rstrip("/")
+        )
+
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)
         with contextlib.suppress(FileNotFoundError):
