@@ -1,0 +1,293 @@
+"""Asset checks on a published dataset version: missing assets and reference integrity.
+
+``build_dataset_checks(finalization_asset)`` returns two checks on the finalization
+asset (they run after it published the version):
+
+- ``missing_assets``: passes when no source asset was missing; with ``set_null`` or
+  ``drop_row`` and missing assets, it fails with WARN severity and the counts.
+- ``reference_integrity``: every blob reference ``{path, offset, size}`` lies inside
+  its block (the block exists and ``offset + size <= block size``), and with the
+  file IO manager every copied file exists. Above ``sample_threshold`` references a
+  uniform random sample of ``sample_size`` is checked and the rate reported.
+"""
+
+import random
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+import refiner_core as mdr
+from refiner_core.io import resolve
+
+from .settings import DATASET_KEY, LOAD_KEY
+from .storage import DatasetVersion
+from .tables import open_version, version_schema
+
+MISSING_ASSETS_CHECK = "missing_assets"
+REFERENCE_INTEGRITY_CHECK = "reference_integrity"
+DEFAULT_SAMPLE_THRESHOLD = 100_000
+DEFAULT_SAMPLE_SIZE = 10_000
+_SHOWN_FAILURES = 5
+
+
+def missing_assets_result(summary: dict[str, Any]) -> dg.AssetCheckResult:
+    """Pass when nothing was missing; otherwise a WARN with what the policy did."""
+    missing = int(summary.get("missing_assets", 0))
+    metadata = {
+        "missing_assets": dg.MetadataValue.int(missing),
+        "cells_nulled": dg.MetadataValue.int(int(summary.get("cells_nulled", 0))),
+        "rows_dropped": dg.MetadataValue.int(int(summary.get("rows_dropped", 0))),
+        "missing_policy": dg.MetadataValue.text(str(summary.get("missing_policy") or "none")),
+    }
+    if missing == 0:
+        return dg.AssetCheckResult(passed=True, metadata=metadata)
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=metadata,
+        description=(
+            f"{missing} source asset(s) were missing: {summary.get('cells_nulled', 0)} cell(s) set "
+            f"to null, {summary.get('rows_dropped', 0)} row(s) dropped "
+            f"(missing_policy={summary.get('missing_policy')!r})"
+        ),
+    )
+
+
+@dataclass
+class _Reference:
+    column: str
+    row: int
+    path: str
+    offset: int | None = None
+    size: int | None = None
+
+
+@dataclass
+class IntegrityReport:
+    """What the integrity scan found (also usable outside Dagster)."""
+
+    total: int = 0
+    checked: int = 0
+    blocks: int = 0
+    failures: list[str] = field(default_factory=list)
+    failure_count: int = 0
+
+    @property
+    def sampling_rate(self) -> float:
+        return 1.0 if self.total == 0 else self.checked / self.total
+
+
+def _asset_columns(schema: Any) -> dict[str, str]:
+    columns = {}
+    for f in schema or []:
+        info = mdr.datatype.asset_of(f)
+        if info is not None and info.form in ("blob", "path"):
+            columns[f.name] = info.form
+    return columns
+
+
+def _iter_references(pipeline: mdr.Pipeline, columns: dict[str, str]) -> Iterator[_Reference]:
+    for index, row in enumerate(pipeline.iter_rows()):
+        for name, form in columns.items():
+            value = row.get(name)
+            values = value if isinstance(value, list) else [value]
+            for item in values:
+                if item is None:
+                    continue
+                if form == "blob":
+                    yield _Reference(
+                        name, index, item.get("path"), item.get("offset"), item.get("size")
+                    )
+                else:
+                    yield _Reference(name, index, item)
+
+
+def _sample(refs: Iterator[_Reference], threshold: int, size: int, seed: int):
+    """All references up to ``threshold``; beyond, a uniform sample of ``size`` (Algorithm R)."""
+    rng = random.Random(seed)
+    everything: list[_Reference] | None = []
+    reservoir: list[_Reference] = []
+    total = 0
+    for ref in refs:
+        total += 1
+        if everything is not None:
+            everything.append(ref)
+            if len(everything) > threshold:
+                everything = None
+        if len(reservoir) < size:
+            reservoir.append(ref)
+        else:
+            j = rng.randrange(total)
+            if j < size:
+                reservoir[j] = ref
+    return total, (everything if everything is not None else reservoir)
+
+
+def scan_references(
+    version: DatasetVersion,
+    *,
+    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+) -> IntegrityReport:
+    """Check the references of ``version``'s asset columns against storage."""
+    columns = _asset_columns(version_schema(version))
+    report = IntegrityReport()
+    if not columns:
+        return report
+    pipeline = open_version(version, columns=list(columns))
+    total, chosen = _sample(
+        _iter_references(pipeline, columns), sample_threshold, sample_size, seed
+    )
+    report.total, report.checked = total, len(chosen)
+    sizes: dict[str, int | None] = {}
+    for ref in chosen:
+        problem = _check(ref, sizes, version)
+        if problem:
+            report.failure_count += 1
+            if len(report.failures) < _SHOWN_FAILURES:
+                report.failures.append(problem)
+    report.blocks = len(sizes)
+    return report
+
+
+def _size_of(path: str, sizes: dict[str, int | None], version: DatasetVersion) -> int | None:
+    if path not in sizes:
+        same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
+        options = version.storage_options if same_store and "://" in version.url else None
+        fs, fs_path = resolve(path, options or None)
+        try:
+            sizes[path] = int(fs.size(fs_path))
+        except (FileNotFoundError, OSError):
+            sizes[path] = None
+    return sizes[path]
+
+
+def _check(ref: _Reference, sizes: dict[str, int | None], version: DatasetVersion) -> str | None:
+    where = f"column {ref.column!r} row {ref.row}"
+    if not isinstance(ref.path, str) or not ref.path:
+        return f"{where}: empty path"
+    size = _size_of(ref.path, sizes, version)
+    if size is None:
+        kind = "block" if ref.offset is not None else "file"
+        return f"{where}: {kind} {ref.path} does not exist"
+    if ref.offset is None:
+        return None
+    if not isinstance(ref.offset, int) or not isinstance(ref.size, int) or ref.offset < 0:
+        return f"{where}: malformed reference offset={ref.offset!r} size={ref.size!r}"
+    if ref.offset + ref.size > size:
+        return (
+            f"{where}: range [{ref.offset}, {ref.offset + ref.size}) of {ref.path} "
+            f"reaches past the block's {size} bytes"
+        )
+    return None
+
+
+def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
+    metadata = {
+        "references_total": dg.MetadataValue.int(report.total),
+        "references_checked": dg.MetadataValue.int(report.checked),
+        "sampling_rate": dg.MetadataValue.float(round(report.sampling_rate, 6)),
+        "blocks_checked": dg.MetadataValue.int(report.blocks),
+        "failures": dg.MetadataValue.int(report.failure_count),
+    }
+    if report.failures:
+        metadata["first_failures"] = dg.MetadataValue.md(
+            "\n".join(f"- {line}" for line in report.failures)
+        )
+    description = None
+    if report.failure_count:
+        description = f"{report.failure_count} of {report.checked} checked reference(s) are broken"
+    return dg.AssetCheckResult(
+        passed=report.failure_count == 0, metadata=metadata, description=description
+    )
+
+
+def build_dataset_checks(
+    finalization_asset: dg.AssetsDefinition,
+    *,
+    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+    blocking: bool = False,
+) -> list[dg.AssetChecksDefinition]:
+    """Missing-asset and reference-integrity checks on a finalization asset.
+
+    ``finalization_asset`` is what :func:`build_finalization_asset` returned; the checks
+    read the version it published (through the dataset's refiner IO manager) and
+    never load media bytes.
+
+    Example:
+        >>> import dagster as dg, refiner_core as mdr
+        >>> from refiner_dagster import build_dataset_checks, build_finalization_asset
+        >>> @dg.asset(io_manager_key="refiner")
+        ... def episodes() -> mdr.Pipeline:
+        ...     return mdr.from_items([{"episode": 1}])
+        >>> checks = build_dataset_checks(build_finalization_asset(episodes))
+        >>> sorted(c.check_key.name for c in checks)
+        ['missing_assets', 'reference_integrity']
+    """
+    metadata = finalization_asset.metadata_by_key.get(finalization_asset.key, {})
+    dataset = getattr(metadata.get(DATASET_KEY), "value", metadata.get(DATASET_KEY))
+    if not dataset:
+        raise TypeError(
+            f"build_dataset_checks takes a finalization asset from build_finalization_asset; "
+            f"{finalization_asset.key.to_user_string()} is not one"
+        )
+    target = finalization_asset.key
+    dataset_key = dg.AssetKey.from_user_string(str(dataset))
+    ins = {"dataset": dg.AssetIn(key=dataset_key, metadata={LOAD_KEY: "version"})}
+    partitions_def = finalization_asset.partitions_def
+    options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
+
+    with warnings.catch_warnings():
+        # partitioned asset checks are a preview feature of Dagster; ours follow the asset's
+        # partitions so each partition's version is checked on its own
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        checks = _define_checks(target, ins, partitions_def, blocking, options)
+    return checks
+
+
+def _define_checks(
+    target, ins, partitions_def, blocking, options
+) -> list[dg.AssetChecksDefinition]:
+    sample_threshold = options["sample_threshold"]
+
+    @dg.asset_check(
+        asset=target,
+        name=MISSING_ASSETS_CHECK,
+        additional_ins=ins,
+        blocking=blocking,
+        partitions_def=partitions_def,
+        description="Source assets that were missing, and what the missing policy did.",
+    )
+    def _missing(dataset: Any) -> dg.AssetCheckResult:
+        version = _one(dataset)
+        return missing_assets_result(version.summary() or {})
+
+    @dg.asset_check(
+        asset=target,
+        name=REFERENCE_INTEGRITY_CHECK,
+        additional_ins=ins,
+        blocking=blocking,
+        partitions_def=partitions_def,
+        description=(
+            "Every blob reference lies inside an existing block (offset + size <= block size); "
+            f"sampled above {sample_threshold:,} references."
+        ),
+    )
+    def _integrity(dataset: Any) -> dg.AssetCheckResult:
+        return integrity_result(scan_references(_one(dataset), **options))
+
+    return [_missing, _integrity]
+
+
+def _one(loaded: Any) -> DatasetVersion:
+    if isinstance(loaded, dict):
+        if len(loaded) != 1:
+            raise ValueError("dataset checks run on one partition at a time")
+        (loaded,) = loaded.values()
+    return loaded

@@ -1,0 +1,390 @@
+"""IO managers that run an asset's lazy ``mdr`` pipeline into versioned storage.
+
+An asset returns a lazy :class:`refiner_core.Pipeline`; ``handle_output`` runs its
+write stage with worker processes on the step's machine into a new version folder,
+packing media with ``BlobAssetConfig`` (:class:`RefinerBlobIOManager`) or copying
+it with ``FileAssetConfig`` (:class:`RefinerFileIOManager`). The version becomes
+visible to readers once its finalization asset (:func:`build_finalization_asset`)
+has run the reducer and published it. ``load_input`` hands downstream assets a lazy
+pipeline over the published table: blob references and paths, never media bytes.
+
+Storage layout (see :mod:`refiner_dagster.storage`)::
+
+    <base_url>/<asset/key>/[<partition>/]v-<run id>/   table files, assets/, _refiner/
+    <base_url>/<asset/key>/[<partition>/]_current.json published pointer
+
+``base_url`` defaults to ``<Dagster instance storage>/refiner``.
+
+What an input receives depends on its ``refiner/load`` metadata: ``"table"``
+(default, a lazy pipeline over the published version), ``"version"`` (the published
+:class:`DatasetVersion` handle) or ``"pending"`` (the written, unfinalized version;
+what finalization assets load). Several upstream partitions arrive as a dict keyed
+by partition key.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, ClassVar
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+from pydantic import Field, PrivateAttr
+
+import refiner_core as mdr
+from refiner_core.execution.attempts import COUNTER_KEYS, read_manifests
+from refiner_core.sinks.finalize import choose_committed
+
+from .finalization import finalize_version
+from .metadata import counters_metadata, summary_metadata
+from .settings import DATASET_KEY, LOAD_KEY, AssetSettings, resolve_settings
+from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
+from .tables import open_version, written_asset_columns
+
+LOAD_MODES = ("table", "version", "pending")
+
+
+def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str, int]:
+    """Counters summed over the committed attempt of each shard, from persisted manifests."""
+    manifests = read_manifests(version.output_folder())
+    committed = choose_committed(manifests, engine_run_id)
+    totals = dict.fromkeys(COUNTER_KEYS, 0)
+    for manifest in committed.values():
+        for key, value in manifest.get("counters", {}).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+    totals["shards"] = len(committed)
+    return totals
+
+
+class _RefinerIOManager(dg.ConfigurableIOManager):
+    """Shared config and behaviour of the blob and file IO managers."""
+
+    base_url: str | None = Field(
+        default=None,
+        description=(
+            "Local folder or fsspec URL (s3://bucket/prefix, gs://..., memory://...) under which "
+            "dataset versions land. Default: '<Dagster instance storage directory>/refiner'."
+        ),
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra fsspec/s3fs options for base_url, applied over those taken from s3.",
+    )
+    s3: S3Resource | None = Field(
+        default=None,
+        description=(
+            "dagster-aws S3Resource whose credentials, region and endpoint_url are used for "
+            "s3:// base URLs (turned into s3fs storage options)."
+        ),
+    )
+    format: str = Field(
+        default="parquet",
+        description="Table format: 'parquet', 'jsonl' or 'lance' (per asset: refiner/format).",
+    )
+    subdir: str = Field(
+        default="assets",
+        description="Folder for media inside each version folder (per asset: refiner/subdir).",
+    )
+    missing_policy: str = Field(
+        default="error",
+        description=(
+            "What a missing source asset does: 'error' fails the shard, 'set_null' nulls the "
+            "cell, 'drop_row' drops the row (per asset: refiner/missing_policy)."
+        ),
+    )
+    max_in_flight: int = Field(
+        default=16,
+        description="Concurrent asset copies per worker (per asset: refiner/max_in_flight).",
+    )
+    num_workers: int | None = Field(
+        default=None,
+        description=(
+            "Worker processes the write stage uses on the step's machine; default: the number "
+            "of CPUs (per asset: refiner/num_workers). Never more than the number of shards."
+        ),
+    )
+    finalize_inline: bool = Field(
+        default=False,
+        description=(
+            "Finalize and publish in the asset's own step, for assets without a finalization "
+            "asset (per asset: refiner/finalize_inline)."
+        ),
+    )
+
+    _instance: dg.DagsterInstance | None = PrivateAttr(default=None)
+    _run_id: str | None = PrivateAttr(default=None)
+
+    # configuration ---------------------------------------------------------------
+    _asset_mode: ClassVar[str] = "blobs"
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Remember the instance (default storage) and the run (its own pending version)."""
+        self._instance = context.instance
+        self._run_id = context.run.run_id if context.run is not None else None
+
+    def _defaults(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "subdir": self.subdir,
+            "missing_policy": self.missing_policy,
+            "target_bytes": getattr(self, "target_bytes", 1 << 30),
+            "num_workers": self.num_workers,
+            "max_in_flight": self.max_in_flight,
+            "finalize_inline": self.finalize_inline,
+        }
+
+    def _asset_config(self, settings: AssetSettings) -> Any:
+        raise NotImplementedError
+
+    def _asset_record(self, config: Any) -> dict[str, Any]:
+        record = {"mode": self._asset_mode, "subdir": config.subdir}
+        record["missing_policy"] = config.missing_policy
+        record["max_in_flight"] = config.max_in_flight
+        if isinstance(config, mdr.BlobAssetConfig):
+            record["target_bytes"] = config.target_bytes
+        return record
+
+    def resolved_storage_options(self) -> dict[str, Any]:
+        """fsspec options: the S3Resource's (for ``s3://`` URLs), then ``storage_options``."""
+        options: dict[str, Any] = {}
+        if self.s3 is not None and str(self.base_url or "").startswith(("s3://", "s3a://")):
+            options.update(s3_storage_options(self.s3))
+        options.update(self.storage_options or {})
+        return options
+
+    def storage(self, instance: dg.DagsterInstance | None = None) -> DatasetStorage:
+        """Where versions land; ``instance`` gives the default base folder."""
+        base = self.base_url
+        if base is None:
+            if instance is None:
+                raise ValueError(
+                    "the refiner IO manager has no base_url and no Dagster instance to put data "
+                    "under; set base_url (a folder or fsspec URL)"
+                )
+            base = os.path.join(instance.storage_directory(), "refiner")
+        return DatasetStorage(base, self.resolved_storage_options())
+
+    # output ----------------------------------------------------------------------
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        where = f"asset {context.asset_key.to_user_string()}"
+        pipeline = _as_pipeline(obj, where)
+        partition = _single_partition(context, where)
+        settings = resolve_settings(self._defaults(), context.definition_metadata, where=where)
+        assets = self._asset_config(settings)
+        storage = self.storage(self._instance)
+        name = f"v-{short_run_id(context.run_id)}"
+        version = storage.begin(
+            context.asset_key.path,
+            partition,
+            name,
+            {
+                "format": settings.format,
+                "assets": self._asset_record(assets),
+                "dagster_run_id": context.run_id,
+                "asset_key": context.asset_key.to_user_string(),
+                "partition_key": partition,
+            },
+        )
+        context.log.info(f"writing {version.describe()} with {settings.num_workers} worker(s)")
+        started = time.monotonic()
+        try:
+            options = {"mode": "create"} if settings.format == "lance" else {}
+            sequence = pipeline.write(
+                settings.format,
+                version.url,
+                assets=assets,
+                storage_options=storage.storage_options or None,
+                **options,
+            )
+            write_only = mdr.PipelineSequence([sequence.stages[0]])
+            stats = write_only.launch_local(
+                name=context.asset_key.to_user_string(), num_workers=settings.num_workers
+            )
+            counters = committed_counters(version, stats.run_id)
+            storage.record(
+                version,
+                state=WRITTEN,
+                engine_run_id=stats.run_id,
+                written_at=time.time(),
+                write_seconds=round(time.monotonic() - started, 3),
+                asset_columns=written_asset_columns(sequence.stages[0].pipeline, self._asset_mode),
+                **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
+            )
+        except BaseException:
+            storage.discard(version)
+            raise
+        metadata: dict[str, Any] = {
+            **counters_metadata(counters, keys=(*COUNTER_KEYS, "shards")),
+            "dagster/uri": dg.MetadataValue.path(version.url),
+            "refiner/version": dg.MetadataValue.text(version.name),
+            "refiner/format": dg.MetadataValue.text(settings.format),
+            "refiner/run_id": dg.MetadataValue.text(stats.run_id),
+            "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
+        }
+        if settings.finalize_inline:
+            summary = finalize_version(version)
+            metadata.update(summary_metadata(summary, uri=version.url))
+            metadata["refiner/state"] = dg.MetadataValue.text("published")
+        context.add_output_metadata(metadata)
+
+    # input -----------------------------------------------------------------------
+    def load_input(self, context: dg.InputContext) -> Any:
+        mode = _unwrap(context.definition_metadata.get(LOAD_KEY, "table"))
+        if mode not in LOAD_MODES:
+            raise ValueError(
+                f"input {context.name!r}: metadata {LOAD_KEY}={mode!r} is not one of {LOAD_MODES}"
+            )
+        asset_path = _dataset_path(context)
+        storage = self.storage(context.instance)
+        partitions: list[str | None] = (
+            list(context.asset_partition_keys) if context.has_asset_partitions else [None]
+        )
+        run_version = f"v-{short_run_id(self._run_id)}" if self._run_id else None
+        loaded = {}
+        for key in partitions:
+            version = _locate(storage, asset_path, key, mode, run_version)
+            loaded[key] = open_version(version) if mode == "table" else version
+        if partitions == [None]:
+            return loaded[None]
+        if len(partitions) == 1 and context.has_partition_key:
+            return loaded[partitions[0]]
+        return loaded
+
+
+class RefinerBlobIOManager(_RefinerIOManager):
+    """Runs an asset's lazy pipeline and packs its media into blocks (``BlobAssetConfig``).
+
+    Each materialization writes ``<base_url>/<asset/key>/[<partition>/]v-<run id>/``:
+    table files (Parquet by default) whose asset cells are ``{path, offset, size}``
+    references into block files under ``<subdir>/``. Readers see it once the
+    finalization asset published it.
+
+    Example:
+        >>> import dagster as dg, refiner_core as mdr
+        >>> from refiner_dagster import RefinerBlobIOManager, build_finalization_asset
+        >>> @dg.asset(io_manager_key="refiner", metadata={"refiner/target_bytes": 1 << 20})
+        ... def frames() -> mdr.Pipeline:
+        ...     return mdr.from_items([{"image": b"\\x89PNG..."}],
+        ...                           dtypes={"image": mdr.datatype.image_bytes()})
+        >>> frames_finalized = build_finalization_asset(frames)
+        >>> defs = dg.Definitions(assets=[frames, frames_finalized],
+        ...                       resources={"refiner": RefinerBlobIOManager()})
+    """
+
+    target_bytes: int = Field(
+        default=1 << 30,
+        description="Block size target in bytes (per asset: refiner/target_bytes).",
+    )
+
+    _asset_mode: ClassVar[str] = "blobs"
+
+    def _asset_config(self, settings: AssetSettings) -> mdr.BlobAssetConfig:
+        return mdr.BlobAssetConfig(
+            subdir=settings.subdir,
+            target_bytes=settings.target_bytes,
+            missing_policy=settings.missing_policy,
+            max_in_flight=settings.max_in_flight,
+        )
+
+
+class RefinerFileIOManager(_RefinerIOManager):
+    """Runs an asset's lazy pipeline and copies each asset to its own file (``FileAssetConfig``).
+
+    Each materialization writes ``<base_url>/<asset/key>/[<partition>/]v-<run id>/``:
+    table files whose asset cells are the copied files' paths under ``<subdir>/``.
+
+    Example:
+        >>> import dagster as dg, refiner_core as mdr
+        >>> from refiner_dagster import RefinerFileIOManager, build_finalization_asset
+        >>> @dg.asset(io_manager_key="refiner", metadata={"refiner/format": "jsonl"})
+        ... def clips() -> mdr.Pipeline:
+        ...     return mdr.read_parquet("clips.parquet")
+        >>> defs = dg.Definitions(assets=[clips, build_finalization_asset(clips)],
+        ...                       resources={"refiner": RefinerFileIOManager(base_url="s3://b/p")})
+    """
+
+    _asset_mode: ClassVar[str] = "files"
+
+    def _asset_config(self, settings: AssetSettings) -> mdr.FileAssetConfig:
+        return mdr.FileAssetConfig(
+            subdir=settings.subdir,
+            missing_policy=settings.missing_policy,
+            max_in_flight=settings.max_in_flight,
+        )
+
+
+# helpers ---------------------------------------------------------------------------
+def _unwrap(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+def _as_pipeline(obj: Any, where: str) -> mdr.Pipeline:
+    if isinstance(obj, mdr.Pipeline):
+        return obj
+    if isinstance(obj, mdr.PipelineSequence):
+        raise TypeError(
+            f"{where} returned a PipelineSequence (a pipeline with a writer already attached); "
+            "return the lazy mdr.Pipeline itself, the IO manager writes it"
+        )
+    raise TypeError(
+        f"{where} returned {type(obj).__name__}; assets using a refiner IO manager must return "
+        "a lazy mdr.Pipeline (e.g. mdr.read_parquet(...).map(...))"
+    )
+
+
+def _single_partition(context: dg.OutputContext, where: str) -> str | None:
+    if not context.has_asset_partitions:
+        return None
+    keys = list(context.asset_partition_keys)
+    if len(keys) != 1:
+        raise ValueError(
+            f"{where}: one run materializes {len(keys)} partitions at once; the refiner IO "
+            "managers write one partition per run. Launch the backfill with one run per partition"
+        )
+    return keys[0]
+
+
+def _dataset_path(context: dg.InputContext) -> list[str]:
+    """The dataset asset behind an input (a finalization asset points at its dataset)."""
+    upstream = context.upstream_output
+    metadata = upstream.definition_metadata if upstream is not None else {}
+    dataset = _unwrap((metadata or {}).get(DATASET_KEY))
+    if dataset:
+        return dg.AssetKey.from_user_string(str(dataset)).path
+    return list(context.asset_key.path)
+
+
+def _locate(
+    storage: DatasetStorage,
+    asset_path: list[str],
+    key: str | None,
+    mode: str,
+    run_version: str | None,
+) -> DatasetVersion:
+    current = storage.current(asset_path, key)
+    where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
+    if mode == "pending":
+        version = storage.pending(asset_path, key, prefer=run_version)
+        if version is not None:
+            return version
+        if current is not None:
+            return current
+        raise FileNotFoundError(
+            f"{where} has no written version under {storage.url}; materialize the asset first"
+        )
+    if current is None:
+        raise FileNotFoundError(
+            f"{where} has no published version under {storage.url}: materialize it and then its "
+            "finalization asset (build_finalization_asset), or set finalize_inline=True"
+        )
+    return current
+
+
+__all__ = [
+    "LOAD_MODES",
+    "RefinerBlobIOManager",
+    "RefinerFileIOManager",
+    "committed_counters",
+]

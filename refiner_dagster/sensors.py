@@ -1,0 +1,334 @@
+"""A sensor that requests a reprocessing run when source files appear or change.
+
+:func:`build_source_sensor` watches a local folder or any fsspec URL (an S3 prefix
+with ``storage_options``) and turns every new or changed file into one
+:class:`dagster.RunRequest`. Each file gets a *content version*, ``s<size>-m<mtime_us>``
+for local files and ``etag-<ETag>`` for S3 objects, and the run key is
+``<relative path>@<version>``: an unchanged file never triggers twice, a changed
+file always does.
+
+The cursor is JSON and holds the last version seen for every file plus where the
+previous tick stopped (``after``). Each tick lists the folder once and walks it in
+path order, starting after ``after`` and wrapping around, until
+``max_files_per_tick`` files were requested; the rest wait for the next tick, so
+a large drop never produces an oversized tick and no file starves.
+
+Example:
+    >>> import tempfile, dagster as dg
+    >>> from refiner_dagster.sensors import build_source_sensor
+    >>> folder = tempfile.mkdtemp()
+    >>> @dg.asset
+    ... def episodes() -> None: ...
+    >>> sensor = build_source_sensor(name="drops", url=folder, target=[episodes])
+    >>> open(f"{folder}/a.parquet", "wb").write(b"PAR1")
+    4
+    >>> result = sensor(dg.build_sensor_context())
+    >>> [r.tags["refiner/source_path"] for r in result.run_requests]
+    ['a.parquet']
+    >>> sensor(dg.build_sensor_context(cursor=result.cursor)).run_requests
+    []
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+import fsspec
+from fsspec.core import url_to_fs
+
+CURSOR_VERSION = 1
+SOURCE_PATH_TAG = "refiner/source_path"
+SOURCE_URL_TAG = "refiner/source_url"
+SOURCE_VERSION_TAG = "refiner/source_version"
+SOURCE_SIZE_TAG = "refiner/source_size"
+
+__all__ = [
+    "SOURCE_PATH_TAG",
+    "SOURCE_SIZE_TAG",
+    "SOURCE_URL_TAG",
+    "SOURCE_VERSION_TAG",
+    "SourceFile",
+    "SourceCursor",
+    "build_source_sensor",
+    "list_source_files",
+]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file under the watched folder, as the sensor saw it.
+
+    ``path`` is relative to the watched folder (``/``-separated), ``url`` is the
+    absolute local path or full URL (``s3://bucket/key``), ``version`` the content
+    version used in run keys.
+    """
+
+    path: str
+    url: str
+    size: int
+    version: str
+
+    @property
+    def run_key(self) -> str:
+        return f"{self.path}@{self.version}"
+
+
+@dataclass
+class SourceCursor:
+    """The sensor's cursor: last version per relative path and where the last tick stopped."""
+
+    seen: dict[str, str]
+    after: str | None = None
+
+    @classmethod
+    def parse(cls, raw: str | None) -> SourceCursor:
+        if not raw:
+            return cls(seen={})
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"sensor cursor is not JSON ({exc}); reset the cursor in the Dagster UI "
+                "(sensor page, 'Set cursor value') to an empty string to rescan the folder"
+            ) from exc
+        if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+            raise ValueError(
+                f"sensor cursor {raw[:80]!r} is not a version-{CURSOR_VERSION} refiner cursor; "
+                "reset it to an empty string to rescan the folder"
+            )
+        seen = data.get("seen") or {}
+        return cls(seen={str(k): str(v) for k, v in seen.items()}, after=data.get("after"))
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {"v": CURSOR_VERSION, "seen": dict(sorted(self.seen.items())), "after": self.after},
+            separators=(",", ":"),
+        )
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocols or "local" in protocols
+
+
+def _content_version(fs: fsspec.AbstractFileSystem, path: str, info: Mapping[str, Any]) -> str:
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return "etag-" + str(etag).strip('"')
+    mtime = info.get("mtime")
+    if mtime is None:
+        mtime = info.get("LastModified") or info.get("last_modified") or info.get("updated")
+    if isinstance(mtime, int | float):
+        return f"s{int(info.get('size') or 0)}-m{round(float(mtime) * 1_000_000)}"
+    if mtime is not None and hasattr(mtime, "timestamp"):
+        return f"s{int(info.get('size') or 0)}-m{round(mtime.timestamp() * 1_000_000)}"
+    return "ukey-" + str(fs.ukey(path))
+
+
+def _modified_at(info: Mapping[str, Any]) -> float | None:
+    mtime = info.get("mtime")
+    if isinstance(mtime, int | float):
+        return float(mtime)
+    stamp = info.get("LastModified")
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else None
+
+
+def _hidden(relpath: str) -> bool:
+    return any(part.startswith(("_", ".")) for part in relpath.split("/"))
+
+
+def list_source_files(
+    url: str,
+    *,
+    pattern: str = "*",
+    storage_options: Mapping[str, Any] | None = None,
+    min_age_seconds: float = 0.0,
+    now: float | None = None,
+) -> list[SourceFile]:
+    """List the files under ``url`` that match ``pattern``, sorted by relative path.
+
+    Names (or folders) starting with ``_`` or ``.`` are skipped, as are files
+    modified less than ``min_age_seconds`` ago (still being written).
+    """
+    fs, root = url_to_fs(url, **dict(storage_options or {}))
+    root = root.rstrip("/")
+    # Listings are cached per filesystem instance (s3fs); a sensor must see new objects.
+    fs.invalidate_cache(root)
+    if not fs.exists(root):
+        return []
+    local = _is_local(fs)
+    now = time.time() if now is None else now
+    found: list[SourceFile] = []
+    for path, info in fs.find(root, detail=True).items():
+        if info.get("type") == "directory":
+            continue
+        relpath = path[len(root) :].lstrip("/") if path.startswith(root) else path
+        if not relpath or _hidden(relpath) or not fnmatch.fnmatch(relpath, pattern):
+            continue
+        if min_age_seconds > 0:
+            modified = _modified_at(info)
+            if modified is not None and now - modified < min_age_seconds:
+                continue
+        found.append(
+            SourceFile(
+                path=relpath,
+                url=path if local else fs.unstrip_protocol(path),
+                size=int(info.get("size") or 0),
+                version=_content_version(fs, path, info),
+            )
+        )
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+# Dagster rejects partition keys containing these; such files cannot be partitions.
+_BAD_PARTITION_PARTS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+
+
+def _in_tick_order(files: list[SourceFile], after: str | None) -> list[SourceFile]:
+    """Files after ``after`` first, then from the start: one full lap per tick."""
+    if after is None:
+        return files
+    tail = [f for f in files if f.path > after]
+    head = [f for f in files if f.path <= after]
+    return tail + head
+
+
+def build_source_sensor(
+    *,
+    name: str,
+    url: str,
+    target: Any = None,
+    job: Any = None,
+    pattern: str = "*",
+    storage_options: Mapping[str, Any] | None = None,
+    max_files_per_tick: int = 100,
+    min_age_seconds: float = 0.0,
+    partitions_def: dg.DynamicPartitionsDefinition | None = None,
+    run_config_fn: Callable[[SourceFile], Mapping[str, Any]] | None = None,
+    tags: Mapping[str, str] | None = None,
+    minimum_interval_seconds: int = 30,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    description: str | None = None,
+) -> dg.SensorDefinition:
+    """Build a sensor that requests one run per new or changed file under ``url``.
+
+    Args:
+        name: Sensor name.
+        url: Watched folder: a local path or an fsspec URL such as ``s3://bucket/prefix``.
+        target: What each run materializes: assets, an asset selection or a job.
+        job: Alternative to ``target`` for a job definition.
+        pattern: ``fnmatch`` pattern on the relative path (``*`` crosses folders).
+        storage_options: fsspec options, e.g. ``key``/``secret``/``client_kwargs`` for S3.
+        max_files_per_tick: At most this many run requests per tick; the next tick
+            continues where this one stopped.
+        min_age_seconds: Skip files modified more recently than this (still being written).
+        partitions_def: If given, each file's relative path becomes a dynamic partition
+            (added in the same tick) and its run targets that partition.
+        run_config_fn: Builds each run's config from its :class:`SourceFile`.
+        tags: Extra tags on every run (the ``refiner/source_*`` tags are always set).
+        minimum_interval_seconds: Time between ticks.
+        default_status: Whether the sensor starts running when the code location loads.
+        description: Shown in the UI.
+    """
+    if isinstance(max_files_per_tick, bool) or not isinstance(max_files_per_tick, int):
+        raise ValueError(
+            f"max_files_per_tick must be a positive integer, got {max_files_per_tick!r}"
+        )
+    if max_files_per_tick <= 0:
+        raise ValueError(
+            f"max_files_per_tick must be a positive integer, got {max_files_per_tick!r}"
+        )
+    if (target is None) == (job is None):
+        raise ValueError(f"sensor {name!r}: pass exactly one of target= or job=")
+    if partitions_def is not None and not isinstance(
+        partitions_def, dg.DynamicPartitionsDefinition
+    ):
+        raise ValueError(
+            f"sensor {name!r}: partitions_def must be a dg.DynamicPartitionsDefinition with a "
+            f"name, got {type(partitions_def).__name__}"
+        )
+    if partitions_def is not None and not partitions_def.name:
+        raise ValueError(f"sensor {name!r}: the DynamicPartitionsDefinition needs a name=")
+    options = dict(storage_options or {})
+    extra_tags = dict(tags or {})
+
+    def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        cursor = SourceCursor.parse(context.cursor)
+        files = list_source_files(
+            url, pattern=pattern, storage_options=options, min_age_seconds=min_age_seconds
+        )
+        present = {f.path for f in files}
+        # Files that disappeared are forgotten, so a file put back is processed again.
+        seen = {p: v for p, v in cursor.seen.items() if p in present}
+        requested: list[SourceFile] = []
+        truncated = False
+        for source in _in_tick_order(files, cursor.after):
+            if seen.get(source.path) == source.version:
+                continue
+            if partitions_def is not None and any(p in source.path for p in _BAD_PARTITION_PARTS):
+                # Logged once per version; a bad name must not fail every tick.
+                context.log.warning(
+                    f"skipping {source.url}: its path {source.path!r} cannot be a Dagster "
+                    f"partition key (it contains '...' or a control character); rename the file"
+                )
+                seen[source.path] = source.version
+                continue
+            if len(requested) >= max_files_per_tick:
+                truncated = True
+                break
+            requested.append(source)
+        new_keys = [f.path for f in requested if f.path not in seen]
+        run_requests = []
+        for source in requested:
+            seen[source.path] = source.version
+            run_requests.append(
+                dg.RunRequest(
+                    run_key=source.run_key,
+                    run_config=dict(run_config_fn(source)) if run_config_fn else None,
+                    tags={
+                        **extra_tags,
+                        SOURCE_PATH_TAG: source.path,
+                        SOURCE_URL_TAG: source.url,
+                        SOURCE_VERSION_TAG: source.version,
+                        SOURCE_SIZE_TAG: str(source.size),
+                    },
+                    partition_key=source.path if partitions_def is not None else None,
+                )
+            )
+        next_cursor = SourceCursor(seen=seen, after=requested[-1].path if truncated else None)
+        if requested:
+            context.log.info(
+                f"{len(requested)} new or changed file(s) under {url}"
+                + (" (more next tick)" if truncated else "")
+            )
+        partition_requests = (
+            [partitions_def.build_add_request(new_keys)]
+            if partitions_def is not None and new_keys
+            else []
+        )
+        return dg.SensorResult(
+            run_requests=run_requests,
+            dynamic_partitions_requests=partition_requests or None,
+            cursor=next_cursor.dumps(),
+            skip_reason=None
+            if run_requests
+            else dg.SkipReason(f"no new or changed files under {url}"),
+        )
+
+    return dg.SensorDefinition(
+        name=name,
+        evaluation_fn=evaluate,
+        target=target,
+        job=job,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=description
+        or f"Requests a run for every new or changed file matching {pattern!r} under {url}.",
+    )

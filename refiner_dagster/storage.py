@@ -1,0 +1,297 @@
+"""Where dataset versions land, and the pointer that publishes one atomically.
+
+Every materialization of a dataset asset writes a new *version folder*; a small
+pointer file, written last by finalization, says which version readers see::
+
+    <base>/<asset/key/path>/[<partition>/]
+        _current.json            published pointer (written last, atomically)
+        _versions/v-<id>.json    one record per version: state, format, engine run id
+        v-<id>/                  the engine's output folder (table files, assets/, _refiner/)
+
+``<id>`` is the Dagster run id shortened to 12 hex digits. Readers only follow
+``_current.json``, so they never see a half-written version; versions created
+before the published one are deleted after it is published.
+
+Example:
+    >>> import tempfile
+    >>> from refiner_dagster.storage import DatasetStorage
+    >>> storage = DatasetStorage(tempfile.mkdtemp())
+    >>> storage.partition_folder(["robotics", "episodes"], "2024-01-01").url.endswith(
+    ...     "robotics/episodes/2024-01-01")
+    True
+    >>> storage.current(["robotics", "episodes"], "2024-01-01") is None
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import refiner_core as mdr
+
+CURRENT_POINTER = "_current.json"
+VERSIONS_DIR = "_versions"
+VERSION_PREFIX = "v-"
+WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_HEX = re.compile(r"[^0-9a-f]")
+
+
+def short_run_id(dagster_run_id: str) -> str:
+    """The first 12 hex digits of a Dagster run id (what version names and engine runs use).
+
+    >>> short_run_id("6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab")
+    '6f1c2d3e4b5a'
+    """
+    digits = _HEX.sub("", str(dagster_run_id).lower())
+    if len(digits) >= 12:
+        return digits[:12]
+    return hashlib.sha1(str(dagster_run_id).encode()).hexdigest()[:12]
+
+
+def partition_dirname(partition_key: str) -> str:
+    """A folder name for a partition key: the key itself when it is a plain name.
+
+    Keys with other characters (``/``, ``:``, ``|``, spaces) or a leading ``_``/``.``
+    have those characters replaced by ``_`` and a short hash of the key appended, so
+    two different keys never share a folder.
+
+    >>> partition_dirname("2024-01-01")
+    '2024-01-01'
+    >>> partition_dirname("2024-01-01-00:00")
+    '2024-01-01-00_00-326a09d0'
+    """
+    key = str(partition_key)
+    safe = _SAFE.sub("_", key)
+    if safe == key and safe and not safe.startswith(("_", ".")):
+        return safe
+    digest = hashlib.sha1(key.encode()).hexdigest()[:8]
+    stem = safe.lstrip("._")
+    return f"{stem}-{digest}" if stem else f"p-{digest}"
+
+
+@dataclass
+class DatasetVersion:
+    """One version folder of a dataset asset partition and what is known about it.
+
+    Handed to finalization assets and checks (never media bytes): ``url`` is the
+    engine output folder, ``record`` what the IO manager persisted when writing it.
+    """
+
+    storage: DatasetStorage
+    asset_path: list[str]
+    partition_key: str | None
+    name: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> mdr.DataFolder:
+        return self.storage.partition_folder(self.asset_path, self.partition_key)
+
+    @property
+    def url(self) -> str:
+        return self.folder.url_of(self.name)
+
+    @property
+    def format(self) -> str:
+        return self.record.get("format", "parquet")
+
+    @property
+    def state(self) -> str:
+        return self.record.get("state", WRITING)
+
+    @property
+    def engine_run_id(self) -> str | None:
+        return self.record.get("engine_run_id")
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return self.storage.storage_options
+
+    def output_folder(self) -> mdr.DataFolder:
+        return mdr.DataFolder(self.url, self.storage.storage_options or None)
+
+    def summary(self) -> dict[str, Any] | None:
+        """The engine's finalization summary of this version, read from storage."""
+        folder = self.output_folder()
+        if not folder.exists("_refiner/summary.json"):
+            return None
+        return json.loads(folder.read_bytes("_refiner/summary.json"))
+
+    def describe(self) -> str:
+        where = f" partition {self.partition_key!r}" if self.partition_key is not None else ""
+        return f"asset {'/'.join(self.asset_path)}{where} version {self.name} ({self.url})"
+
+
+class DatasetStorage:
+    """Dataset versions under one base folder or URL (local path, ``s3://``, any fsspec URL)."""
+
+    def __init__(self, base_url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.base_url = base_url
+        self.storage_options = dict(storage_options or {})
+        self._root = mdr.DataFolder(base_url, self.storage_options or None)
+
+    def __repr__(self) -> str:
+        return f"DatasetStorage({self._root.url!r})"
+
+    @property
+    def url(self) -> str:
+        return self._root.url
+
+    def relative_folder(self, asset_path: Sequence[str], partition_key: str | None) -> str:
+        parts = [str(p) for p in asset_path]
+        if partition_key is not None:
+            parts.append(partition_dirname(partition_key))
+        return "/".join(parts)
+
+    def partition_folder(
+        self, asset_path: Sequence[str], partition_key: str | None
+    ) -> mdr.DataFolder:
+        """The folder holding every version of one asset (partition)."""
+        relative = self.relative_folder(asset_path, partition_key)
+        return mdr.DataFolder(self._root.url_of(relative), self.storage_options or None)
+
+    # versions -----------------------------------------------------------------
+    def version(
+        self, asset_path: Sequence[str], partition_key: str | None, name: str
+    ) -> DatasetVersion:
+        """The version ``name`` with its persisted record (empty when none was written)."""
+        folder = self.partition_folder(asset_path, partition_key)
+        record_path = f"{VERSIONS_DIR}/{name}.json"
+        record = json.loads(folder.read_bytes(record_path)) if folder.exists(record_path) else {}
+        return DatasetVersion(self, list(asset_path), partition_key, name, record)
+
+    def versions(
+        self, asset_path: Sequence[str], partition_key: str | None
+    ) -> list[DatasetVersion]:
+        """Every recorded version, oldest first."""
+        folder = self.partition_folder(asset_path, partition_key)
+        found = []
+        for relative in folder.find(VERSIONS_DIR):
+            base = relative.rsplit("/", 1)[-1]
+            if not (base.startswith(VERSION_PREFIX) and base.endswith(".json")):
+                continue
+            record = json.loads(folder.read_bytes(relative))
+            found.append(
+                DatasetVersion(self, list(asset_path), partition_key, base[: -len(".json")], record)
+            )
+        return sorted(found, key=lambda v: (v.record.get("created_at", 0.0), v.name))
+
+    def record(self, version: DatasetVersion, **changes: Any) -> None:
+        """Update and persist ``version``'s record (atomic replace)."""
+        version.record.update(changes)
+        version.record["updated_at"] = time.time()
+        data = json.dumps(version.record, indent=1, sort_keys=True).encode()
+        version.folder.write_bytes(f"{VERSIONS_DIR}/{version.name}.json", data)
+
+    def begin(
+        self,
+        asset_path: Sequence[str],
+        partition_key: str | None,
+        name: str,
+        record: dict[str, Any],
+    ) -> DatasetVersion:
+        """Start writing version ``name``: clear what an earlier try left, record it."""
+        current = self.current(asset_path, partition_key)
+        if current is not None and current.name == name:
+            raise RuntimeError(
+                f"{current.describe()} is already published; a run writes a version only once. "
+                "Launch a new run to materialize the asset again"
+            )
+        version = DatasetVersion(self, list(asset_path), partition_key, name, {})
+        version.folder.rm(name, recursive=True)
+        self.record(version, **record, state=WRITING, created_at=time.time())
+        return version
+
+    def discard(self, version: DatasetVersion) -> None:
+        """Delete a version folder and its record (never the published one)."""
+        current = self.current(version.asset_path, version.partition_key)
+        if current is not None and current.name == version.name:
+            return
+        version.folder.rm(version.name, recursive=True)
+        version.folder.rm(f"{VERSIONS_DIR}/{version.name}.json")
+
+    def pending(
+        self, asset_path: Sequence[str], partition_key: str | None, prefer: str | None = None
+    ) -> DatasetVersion | None:
+        """The version to finalize: ``prefer`` when written, else the newest written one."""
+        written = [v for v in self.versions(asset_path, partition_key) if v.state == WRITTEN]
+        for v in written:
+            if v.name == prefer:
+                return v
+        return written[-1] if written else None
+
+    # publishing ---------------------------------------------------------------
+    def current(
+        self, asset_path: Sequence[str], partition_key: str | None
+    ) -> DatasetVersion | None:
+        """The published version readers see, or ``None``."""
+        folder = self.partition_folder(asset_path, partition_key)
+        if not folder.exists(CURRENT_POINTER):
+            return None
+        pointer = json.loads(folder.read_bytes(CURRENT_POINTER))
+        return DatasetVersion(self, list(asset_path), partition_key, pointer["version"], pointer)
+
+    def publish(self, version: DatasetVersion, **extra: Any) -> DatasetVersion:
+        """Point readers at ``version`` (one atomic write), then delete older versions."""
+        self.record(version, state=PUBLISHED, published_at=time.time(), **extra)
+        pointer = {**version.record, "version": version.name, "url": version.url}
+        version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
+        published = DatasetVersion(
+            self, version.asset_path, version.partition_key, version.name, pointer
+        )
+        self.cleanup(published)
+        return published
+
+    def cleanup(self, published: DatasetVersion) -> list[str]:
+        """Delete versions created before ``published`` (newer ones may still be running)."""
+        created = published.record.get("created_at", 0.0)
+        removed = []
+        for v in self.versions(published.asset_path, published.partition_key):
+            if v.name == published.name or v.record.get("created_at", 0.0) > created:
+                continue
+            v.folder.rm(v.name, recursive=True)
+            v.folder.rm(f"{VERSIONS_DIR}/{v.name}.json")
+            removed.append(v.name)
+        return removed
+
+
+def s3_storage_options(s3: Any) -> dict[str, Any]:
+    """s3fs storage options from a dagster-aws ``S3Resource`` (credentials, region, endpoint)."""
+    options: dict[str, Any] = {}
+    client_kwargs: dict[str, Any] = {}
+    config_kwargs: dict[str, Any] = {}
+    if getattr(s3, "aws_access_key_id", None):
+        options["key"] = s3.aws_access_key_id
+    if getattr(s3, "aws_secret_access_key", None):
+        options["secret"] = s3.aws_secret_access_key
+    if getattr(s3, "aws_session_token", None):
+        options["token"] = s3.aws_session_token
+    if getattr(s3, "profile_name", None):
+        options["profile"] = s3.profile_name
+    if getattr(s3, "use_unsigned_session", False):
+        options["anon"] = True
+    if getattr(s3, "endpoint_url", None):
+        options["endpoint_url"] = s3.endpoint_url
+    if getattr(s3, "use_ssl", True) is False:
+        options["use_ssl"] = False
+    if getattr(s3, "region_name", None):
+        client_kwargs["region_name"] = s3.region_name
+    verify = getattr(s3, "verify", None)
+    if verify is not None:
+        client_kwargs["verify"] = verify
+    max_attempts = getattr(s3, "max_attempts", None)
+    if max_attempts:
+        config_kwargs["retries"] = {"max_attempts": int(max_attempts)}
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    if config_kwargs:
+        options["config_kwargs"] = config_kwargs
+    return options

@@ -1,0 +1,5 @@
+"""Shared test settings."""
+
+import os
+
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
