@@ -1,0 +1,322 @@
+"""Concurrent, abort-safe multipart uploads for s3fs writes.
+
+:func:`install` makes ``S3FileSystem.open(path, "wb")`` return a subclass of s3fs's
+``S3File`` that buffers up to :data:`BATCH_PARTS` parts of the s3fs block size and
+uploads each batch concurrently, then completes the parts in part-number order.
+Files closed before reaching one part stay a single PutObject, as in stock s3fs.
+Any failure, including an exception escaping ``with fs.open(path, "wb")``, aborts
+the multipart upload, so no object and no open upload remain at the key.
+
+Creating, completing and aborting uploads, credentials, endpoints, retries
+(``fs.retries``) and the directory cache are s3fs's own; only part batching and the
+failure path differ. Reads and every other fsspec backend are unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import math
+import posixpath
+import threading
+from typing import IO, Any
+
+import s3fs
+import s3fs.core
+from fsspec import AbstractFileSystem
+from fsspec.asyn import sync
+from fsspec.implementations.chained import ChainedFileSystem
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = ["install", "install_if_s3", "open_output", "part_size_for"]
+
+logger = logging.getLogger(__name__)
+
+MIN_PART_SIZE = 5 * 2**20
+"""S3's smallest allowed part (every part but the last)."""
+MAX_OBJECT_SIZE = 5 * 2**40
+"""S3's largest object: 5 TiB."""
+MAX_PARTS = 10_000
+"""S3's largest part count for one multipart upload."""
+BATCH_PARTS = 4
+"""Parts buffered and then uploaded concurrently; peak memory is about this many parts."""
+
+_STOCK_S3FILE: type[s3fs.core.S3File] = getattr(
+    s3fs.core.S3File, "_refiner_stock_class", s3fs.core.S3File
+)
+_install_lock = threading.Lock()
+_REWIND_HOOK_ID = "refiner-rewind-part-body"
+
+
+class _PartBuffer(io.BytesIO):
+    """One part's bytes, sent as a file object so aiohttp streams it without a copy."""
+
+
+def _rewind_part_body(params: dict[str, Any], **_: Any) -> None:
+    # s3fs retries a failed call with the same Body object; start each attempt at byte 0.
+    body = params.get("Body")
+    if isinstance(body, _PartBuffer):
+        body.seek(0)
+
+
+class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
+    """s3fs ``S3File`` that uploads parts in concurrent batches and aborts on any failure.
+
+    Obtained through ``fs.open(path, "wb")`` once :func:`install` ran; data lands at
+    ``s3://<bucket>/<key>`` only when the file closes without an error.
+    """
+
+    _refiner_stock_class = _STOCK_S3FILE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._ready: list[_PartBuffer] = []  # full parts waiting for the next batch
+        super().__init__(*args, **kwargs)
+
+    def write(self, data: Any) -> int:
+        """Buffer ``data``; every :data:`BATCH_PARTS` full parts are uploaded together."""
+        if not self.writable():
+            raise ValueError("File not in write mode")
+        if self.forced:
+            raise ValueError("This file has been force-flushed, can only close")
+        view = memoryview(data).cast("B")
+        if not isinstance(self.buffer, _PartBuffer):  # the plain BytesIO fsspec starts with
+            started, self.buffer = self.buffer, _PartBuffer()
+            self.buffer.write(started.getbuffer())
+        try:
+            pos = 0
+            while pos < len(view):
+                take = min(self.blocksize - self.buffer.tell(), len(view) - pos)
+                self.buffer.write(view[pos : pos + take])
+                pos += take
+                self.loc += take
+                self._check_part_count()
+                if self.buffer.tell() >= self.blocksize:
+                    self._seal_part()
+                    if len(self._ready) >= BATCH_PARTS:
+                        self.flush()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        return len(view)
+
+    def flush(self, force: bool = False) -> None:
+        """Upload a batch once :data:`BATCH_PARTS` parts are ready, or everything on close."""
+        if self.closed:
+            raise ValueError("Flush on closed file")
+        if force and self.forced:
+            raise ValueError("Force flush cannot be called more than once")
+        if force:
+            self.forced = True
+        if self.readable() or (not force and len(self._ready) < BATCH_PARTS):
+            return
+        try:
+            if self.offset is None:
+                self.offset = 0
+                self._initiate_upload()
+            self._upload_chunk(final=force)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        one_shot_put = (
+            self.autocommit and not self.append_block and final and self.tell() < self.blocksize
+        )
+        if not one_shot_put:
+            if final and self.buffer.tell():
+                self._seal_part()
+            batch, self._ready = self._ready, []
+            self._upload_batch(batch)
+        if self.autocommit and final:
+            self.commit()
+        return False
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def discard(self) -> None:
+        self._fail(None)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is not None and "r" not in self.mode and not self.closed:
+            self._fail(exc)
+            return
+        self.close()
+
+    def _seal_part(self) -> None:
+        self._ready.append(self.buffer)
+        self.buffer = _PartBuffer()
+
+    def _check_part_count(self) -> None:
+        parts = len(self.parts or []) + len(self._ready) + (1 if self.buffer.tell() else 0)
+        if parts > MAX_PARTS:
+            limit = MAX_PARTS * self.blocksize
+            raise ValueError(
+                f"s3://{self.path}: more than {limit} bytes written with a part size of "
+                f"{self.blocksize} bytes needs more than S3's {MAX_PARTS} parts; the upload "
+                "was aborted. Pass the final size as open_output(fs, path, size_hint=...) "
+                "or open the file with a larger block_size."
+            )
+
+    def _upload_batch(self, batch: list[_PartBuffer]) -> None:
+        sizes = [part.seek(0, io.SEEK_END) for part in batch]
+        batch = [part for part, size in zip(batch, sizes, strict=True) if size]
+        if not batch:
+            return
+        for part in batch:
+            part.seek(0)
+        first = len(self.parts) + 1
+        outs = sync(self.fs.loop, self._send_parts, first, batch)
+        batch.clear()
+        for number, out in enumerate(outs, start=first):
+            header = {"PartNumber": number, "ETag": out["ETag"]}
+            if "ChecksumSHA256" in out:
+                header["ChecksumSHA256"] = out["ChecksumSHA256"]
+            self.parts.append(header)
+        self.offset += sum(sizes)
+
+    async def _send_parts(self, first: int, batch: list[_PartBuffer]) -> list[dict[str, Any]]:
+        await self.fs.set_session()
+        client = await self.fs.get_s3(self.bucket)
+        client.meta.events.register(
+            "before-parameter-build.s3.UploadPart", _rewind_part_body, unique_id=_REWIND_HOOK_ID
+        )
+        calls = [
+            self.fs._call_s3(
+                "upload_part",
+                self.s3_additional_kwargs,
+                self._request_payer_kw,
+                Bucket=self.bucket,
+                Key=self.key,
+                PartNumber=number,
+                UploadId=self.mpu["UploadId"],
+                Body=part,
+            )
+            for number, part in enumerate(batch, start=first)
+        ]
+        # Wait for every part before raising, so no part lands after the abort.
+        outs = await asyncio.gather(*calls, return_exceptions=True)
+        for out in outs:
+            if isinstance(out, BaseException):
+                raise out
+        return outs
+
+    def _fail(self, exc: BaseException | None) -> None:
+        """Abort the multipart upload and drop buffered data; the file becomes unusable."""
+        upload_id = (self.mpu or {}).get("UploadId")
+        try:
+            self._abort_mpu()
+        except Exception as abort_exc:
+            message = (
+                f"aborting multipart upload {upload_id} for s3://{self.path} also failed "
+                f"({abort_exc!r}); abort it with fs.abort_mpu(bucket, key, upload_id) or "
+                "let a bucket lifecycle rule remove incomplete uploads"
+            )
+            if exc is None:
+                raise
+            exc.add_note(message)
+            logger.warning(message)
+        finally:
+            self.mpu = None
+            self._ready = []
+            self.buffer = None
+            self.closed = True
+
+
+def install() -> None:
+    """Make every s3fs binary write in this process use :class:`BatchedS3File`.
+
+    Idempotent and thread-safe; reads and other fsspec backends are unchanged.
+
+    >>> install(); install()
+    >>> import s3fs.core
+    >>> s3fs.core.S3File.__name__
+    'BatchedS3File'
+    """
+    with _install_lock:
+        if s3fs.core.S3File is BatchedS3File:
+            return
+        # S3FileSystem._open looks the class up in s3fs.core at call time.
+        s3fs.core.S3File = BatchedS3File
+        s3fs.S3File = BatchedS3File
+        logger.debug("s3fs writes now use %s", BatchedS3File.__qualname__)
+
+
+def _s3_of(fs: AbstractFileSystem) -> s3fs.S3FileSystem | None:
+    """The S3FileSystem under ``fs``, looking through dir and caching wrappers."""
+    for _ in range(8):
+        if isinstance(fs, s3fs.S3FileSystem):
+            return fs
+        if not isinstance(fs, (DirFileSystem, ChainedFileSystem)):
+            return None
+        fs = getattr(fs, "fs", None)
+    return None
+
+
+def install_if_s3(fs: AbstractFileSystem) -> bool:
+    """Call :func:`install` when ``fs`` is (or wraps) s3fs; return whether it did.
+
+    >>> from fsspec.implementations.local import LocalFileSystem
+    >>> install_if_s3(LocalFileSystem())
+    False
+    """
+    if _s3_of(fs) is None:
+        return False
+    install()
+    return True
+
+
+def part_size_for(size_hint: int | None, block_size: int) -> int:
+    """Part size for an object of ``size_hint`` bytes written with s3fs ``block_size``.
+
+    Without a hint the block size is kept; with one the part grows so the object
+    fits in :data:`MAX_PARTS` parts, never below S3's 5 MiB minimum.
+
+    >>> part_size_for(None, 50 * 2**20) == 50 * 2**20
+    True
+    >>> part_size_for(2 * 2**40, 50 * 2**20)  # 2 TiB -> ceil(2 TiB / 10,000)
+    219902326
+    """
+    if size_hint is None:
+        return block_size
+    if size_hint < 0:
+        raise ValueError(f"size_hint must be a byte count >= 0, got {size_hint}")
+    if size_hint > MAX_OBJECT_SIZE:
+        raise ValueError(
+            f"an object of {size_hint} bytes exceeds S3's 5 TiB ({MAX_OBJECT_SIZE} bytes) "
+            "object limit; split the output into several files"
+        )
+    return max(block_size, math.ceil(size_hint / MAX_PARTS), MIN_PART_SIZE)
+
+
+def open_output(fs: AbstractFileSystem, path: str, *, size_hint: int | None = None) -> IO[bytes]:
+    """Open ``path`` on ``fs`` for binary writing; a context manager.
+
+    On s3fs the file is a :class:`BatchedS3File` whose part size follows
+    :func:`part_size_for`; elsewhere it is ``fs.open(path, "wb")``, creating missing
+    parent directories on local disk.
+
+    >>> import tempfile, fsspec
+    >>> out = tempfile.mkdtemp() + "/a/b/blob.bin"
+    >>> with open_output(fsspec.filesystem("file"), out, size_hint=5) as f:
+    ...     _ = f.write(b"hello")
+    >>> open(out, "rb").read()
+    b'hello'
+    """
+    base = fs.fs if isinstance(fs, DirFileSystem) else fs
+    if isinstance(base, s3fs.S3FileSystem):
+        install()
+        block_size = part_size_for(size_hint, base.default_block_size)
+        return fs.open(path, "wb", block_size=block_size)
+    install_if_s3(fs)
+    if isinstance(fs, LocalFileSystem):
+        fs.makedirs(fs._parent(path), exist_ok=True)
+    elif isinstance(fs, DirFileSystem) and isinstance(base, LocalFileSystem):
+        fs.makedirs(posixpath.dirname(path) or "", exist_ok=True)
+    return fs.open(path, "wb")
