@@ -1,0 +1,63 @@
+"""Lance is not fork-safe: the process that launches runs must never start Lance itself."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from refiner_core.sinks.lance.isolation import call_isolated, isolating, iter_isolated
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _tables(n: int):
+    for i in range(n):
+        yield pa.table({"i": [i] * (i + 1)})
+
+
+def _fail():
+    raise KeyError("from the child")
+
+
+def test_call_and_iter_isolated() -> None:
+    assert isolating()
+    assert call_isolated(divmod, 7, 2) == (3, 1)
+    with pytest.raises(KeyError, match="from the child"):
+        call_isolated(_fail)
+    assert call_isolated(lambda: 5) == 5  # not picklable: runs in a child forked for it
+    assert [t.num_rows for t in iter_isolated(_tables, 4)] == [1, 2, 3, 4]
+    stream = iter_isolated(_tables, 1000)
+    assert next(stream).num_rows == 1
+    stream.close()  # stops the child early
+
+
+def test_launching_process_never_starts_lance(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import refiner_core as mdr
+        from tests.core.lance.helpers import lance_in_this_process, run_manually
+        out = {str(tmp_path / "ds.lance")!r}
+        rows = [{{"id": i}} for i in range(30)]
+        mdr.from_items(rows, items_per_shard=10).write_lance(out).launch_local(num_workers=2)
+        for _ in range(3):
+            seq = mdr.read_lance(out).write_lance(out, mode="append")
+            seq.launch_local(num_workers=2)
+        seq = mdr.from_items(rows).write_lance(out, mode="append")
+        run_manually(seq, "runaaaaaaaaa")  # attempts written in this very process
+        seq.stages[-1].run(run_id="runaaaaaaaaa")
+        n = len(mdr.read_lance(out).materialize())
+        print(n, lance_in_this_process())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == [str(30 * 8 + 30), "False"]

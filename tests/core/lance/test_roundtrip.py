@@ -1,0 +1,178 @@
+"""write_lance then read_lance: values, dtypes, asset marks, blob and file assets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import refiner_core as mdr
+from refiner_core.datatype import asset_of
+
+from .helpers import data_files, facts, journals, media, payload, table
+
+
+def episodes(paths: list[str]) -> list[dict]:
+    return [
+        {"episode": i, "score": i / 4, "tags": [f"t{i}", "x"], "image": path}
+        for i, path in enumerate(paths)
+    ]
+
+
+def test_round_trip_values_and_dtypes(tmp_path: Path) -> None:
+    out = str(tmp_path / "plain.lance")
+    rows = [{"episode": i, "score": i / 2, "name": f"ep{i}", "tags": [i, i + 1]} for i in range(25)]
+    stats = (
+        mdr.from_items(rows, items_per_shard=10, dtypes={"episode": mdr.datatype.int32()})
+        .write_lance(out)
+        .launch_local(num_workers=2)
+    )
+    assert stats.summary["rows_written"] == 25
+    assert stats.summary["commit"]["version"] == 1
+    written = facts(out)
+    assert written["rows"] == 25 and written["fragments"] == 3
+    assert written["data_files"] == data_files(out)  # nothing uncommitted left behind
+    assert sorted(stats.summary["files"]) == written["data_files"]
+    assert journals(out) == []
+
+    pipeline = mdr.read_lance(out)
+    back = sorted(pipeline.materialize(), key=lambda r: r.episode)
+    assert [r.to_dict() for r in back] == rows
+    schema = pipeline.source.schema_hint()
+    assert schema.field("episode").type == pa.int32()
+    assert schema.field("tags").type == pa.list_(pa.int64())
+    assert table(out).sort_by("episode").to_pylist() == rows
+
+
+def test_blob_assets_round_trip(tmp_path: Path) -> None:
+    paths = media(tmp_path / "media", 12)
+    out = str(tmp_path / "blobs.lance")
+    stats = (
+        mdr.from_items(
+            episodes(paths), items_per_shard=5, dtypes={"image": mdr.datatype.image_path()}
+        )
+        .write_lance(out, assets=mdr.BlobAssetConfig(target_bytes=300))
+        .launch_local(num_workers=2)
+    )
+    assert stats.summary["assets_written"] == 12
+    assert stats.summary["blocks_written"] >= 3
+    assert stats.summary["commit"]["rows"] == 12
+
+    pipeline = mdr.read_lance(out)
+    rows = pipeline.materialize()
+    field = pipeline.source.schema_hint().field("image")
+    assert field.type == mdr.datatype.BLOB_REFERENCE_TYPE
+    assert (asset_of(field).kind, asset_of(field).form) == ("image", "blob")
+    block = next(pipeline.source.read(pipeline.plan()[0], batch_rows=100))
+    assert asset_of(block.schema.field("image")).form == "blob"  # the mark rides on every block
+    for row in rows:
+        ref = row.image
+        assert ref["path"].startswith(out + "/assets/")
+        assert mdr.read_blob(ref) == payload(row.episode)
+    # The blocks live in the attempt folders the manifests name.
+    blocks = {Path(r.image["path"]).parent.parent.name for r in rows}
+    assert {Path(d).name for d in stats.summary["asset_dirs"]} == blocks
+
+
+def test_file_assets_round_trip(tmp_path: Path) -> None:
+    paths = media(tmp_path / "media", 6)
+    out = str(tmp_path / "files.lance")
+    (
+        mdr.from_items(
+            episodes(paths), items_per_shard=4, dtypes={"image": mdr.datatype.image_path()}
+        )
+        .write_lance(out, assets=mdr.FileAssetConfig(subdir="media"))
+        .launch_local(num_workers=2)
+    )
+    pipeline = mdr.read_lance(out)
+    rows = pipeline.materialize()
+    field = pipeline.source.schema_hint().field("image")
+    assert field.type == pa.string() and asset_of(field).form == "path"
+    for row in rows:
+        assert row.image.startswith(out + "/media/")
+        assert row.image not in paths
+        assert Path(row.image).read_bytes() == payload(row.episode)
+
+
+def test_assets_none_keeps_values(tmp_path: Path) -> None:
+    paths = media(tmp_path / "media", 3)
+    out = str(tmp_path / "keep.lance")
+    mdr.from_items(episodes(paths), dtypes={"image": mdr.datatype.image_path()}).write_lance(
+        out
+    ).launch_local()
+    rows = mdr.read_lance(out).materialize()
+    assert sorted(r.image for r in rows) == sorted(paths)
+    assert not (Path(out) / "assets").exists()
+
+
+def test_blob_references_pass_through_a_second_dataset(tmp_path: Path) -> None:
+    """read_lance of packed references, re-packed into another dataset's blocks."""
+    paths = media(tmp_path / "media", 8)
+    first, second = str(tmp_path / "a.lance"), str(tmp_path / "b.lance")
+    blobs = mdr.BlobAssetConfig(target_bytes=10_000)
+    mdr.from_items(
+        episodes(paths), items_per_shard=3, dtypes={"image": mdr.datatype.image_path()}
+    ).write_lance(first, assets=blobs).launch_local(num_workers=2)
+    mdr.read_lance(first).write_lance(second, assets=blobs).launch_local(num_workers=2)
+    for row in mdr.read_lance(second).materialize():
+        assert row.image["path"].startswith(second + "/assets/")
+        assert mdr.read_blob(row.image) == payload(row.episode)
+
+
+def test_read_lance_shards_pin_a_version(tmp_path: Path) -> None:
+    out = str(tmp_path / "pinned.lance")
+    first = pa.table({"x": list(range(40))})
+    from .helpers import write_dataset
+
+    write_dataset(first, out, max_rows_per_file=10)
+    pipeline = mdr.read_lance(out, num_shards=2)
+    shards = pipeline.plan()
+    assert len(shards) == 2
+    assert pipeline.source.pinned_version == 1
+    ids = [i for s in shards for i in s.payload[1]]
+    assert sorted(ids) == [0, 1, 2, 3] and len(set(ids)) == 4  # whole fragments, each once
+
+    write_dataset(pa.table({"x": [100, 101]}), out, mode="append")  # version 2
+    read = [
+        v
+        for shard in shards
+        for t in pipeline.source.read(shard, batch_rows=7)
+        for v in t.column("x").to_pylist()
+    ]
+    assert sorted(read) == list(range(40))  # still version 1
+    blocks = list(pipeline.source.read(shards[0], batch_rows=7))
+    assert max(t.num_rows for t in blocks) <= 7
+
+    assert len(mdr.read_lance(out).materialize()) == 42
+    assert len(mdr.read_lance(out, version=1).materialize()) == 40
+    assert mdr.read_lance(out, columns=["x"], num_shards=4).plan()[0].payload[0] == 2
+
+
+def test_read_lance_dtypes_and_columns(tmp_path: Path) -> None:
+    out = str(tmp_path / "typed.lance")
+    from .helpers import write_dataset
+
+    write_dataset(pa.table({"video": ["/a.mp4", "/b.mp4"], "n": [1, 2]}), out)
+    pipeline = mdr.read_lance(out, columns=["video"], dtypes={"video": mdr.datatype.video_path()})
+    [block] = list(pipeline.source.read(pipeline.plan()[0], batch_rows=100))
+    assert block.column_names == ["video"]
+    assert asset_of(block.schema.field("video")).kind == "video"
+    assert asset_of(pipeline.source.schema_hint().field("video")).kind == "video"
+
+
+def test_read_lance_errors(tmp_path: Path) -> None:
+    out = str(tmp_path / "errors.lance")
+    with pytest.raises(FileNotFoundError, match="no Lance dataset at .*errors.lance"):
+        mdr.read_lance(out).plan()
+    from .helpers import write_dataset
+
+    write_dataset(pa.table({"x": [1]}), out)
+    with pytest.raises(ValueError, match=r"has no version 5 \(its versions are \[1\]\)"):
+        mdr.read_lance(out, version=5).plan()
+    with pytest.raises(ValueError, match=r"columns \['y'\] are not in .* version 1"):
+        mdr.read_lance(out, columns=["y"]).plan()
+    with pytest.raises(ValueError, match="num_shards"):
+        mdr.read_lance(out, num_shards=0)
+    with pytest.raises(ValueError, match="version"):
+        mdr.read_lance(out, version=0)
