@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import multiprocessing
+import multiprocessing.connection as mp_connection
 import os
-import queue
 import shutil
+import signal
 import tempfile
 import time
 import traceback
@@ -20,6 +23,22 @@ from .worker import WorkerContext
 
 _PROGRESS_EVERY_S = 0.25
 _POLL_S = 0.2
+_STOP_GRACE_S = 30.0
+
+
+class _Stopped(BaseException):
+    """Raised in a worker when the launcher stops it (SIGTERM) after another shard failed."""
+
+
+def _stop_on_sigterm() -> None:
+    """Turn the first SIGTERM into ``_Stopped`` so the running shard unwinds (aborting its
+    attempt, removing temporary files) and the worker closes its callbacks."""
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Stopped()
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass
@@ -56,7 +75,21 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _worker_main(stage: Any, run_id: str, tasks: Any, results: Any, wid: int) -> None:
+def _send(conn: Any, message: tuple) -> None:
+    """Send one message whole: SIGTERM waits until it is written."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        conn.send(message)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
+    """Run the shards the launcher sends over ``conn`` until it sends ``None``.
+
+    Each worker has its own pipe, so a worker that dies cannot leave a lock held that
+    the others need, and every message is written before the worker goes on.
+    """
     current = None
     pending = [0, 0]
     last = [time.monotonic()]
@@ -66,34 +99,43 @@ def _worker_main(stage: Any, run_id: str, tasks: Any, results: Any, wid: int) ->
         pending[1] += nbytes
         now = time.monotonic()
         if now - last[0] >= _PROGRESS_EVERY_S:
-            results.put(("progress", wid, pending[0], pending[1]))
+            _send(conn, ("progress", wid, pending[0], pending[1]))
             pending[0] = pending[1] = 0
             last[0] = now
 
     worker = None
     try:
-        worker = WorkerContext()
+        worker = WorkerContext()  # until it exists, SIGTERM simply ends the process
+        _stop_on_sigterm()
         while True:
-            shard = tasks.get()
+            try:
+                shard = conn.recv()
+            except EOFError:  # the launcher is gone
+                break
             if shard is None:
                 break
             current = shard.id
-            results.put(("start", wid, shard.id))
             manifest = stage.run_shard(shard, run_id=run_id, worker=worker, progress=report)
-            results.put(("done", wid, shard.id, manifest, pending[0], pending[1]))
+            _send(conn, ("done", wid, shard.id, manifest, pending[0], pending[1]))
             pending[0] = pending[1] = 0
             current = None
+    except _Stopped:  # the launcher stops this worker after another shard failed
+        pass
     except BaseException as exc:
-        results.put(("error", wid, current, _describe(exc), traceback.format_exc()))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # report and close undisturbed
+        with contextlib.suppress(OSError):
+            _send(conn, ("error", wid, current, _describe(exc), traceback.format_exc()))
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if worker is not None:
             try:
                 worker.close()
             except BaseException as exc:
-                results.put(("error", wid, current, _describe(exc), traceback.format_exc()))
-        results.put(("exit", wid))
-        results.close()
-        results.join_thread()
+                with contextlib.suppress(OSError):
+                    _send(conn, ("error", wid, current, _describe(exc), traceback.format_exc()))
+        with contextlib.suppress(OSError):
+            _send(conn, ("exit", wid))
+        conn.close()
 
 
 class _RunDir:
@@ -154,61 +196,73 @@ def _run_sharded(
     progress: StageProgress,
 ) -> None:
     ctx = _context()
-    tasks = ctx.Queue()
-    results = ctx.Queue()
-    for shard in shards:
-        tasks.put(shard)
+    todo = collections.deque(shards)
     n = min(num_workers, len(shards))
-    for _ in range(n):
-        tasks.put(None)
-    procs = [
-        ctx.Process(target=_worker_main, args=(stage, run_id, tasks, results, w), daemon=True)
-        for w in range(n)
-    ]
-    for p in procs:
+    procs: list[Any] = []
+    conns: list[Any] = []
+    for w in range(n):
+        parent_end, child_end = ctx.Pipe()
+        p = ctx.Process(target=_worker_main, args=(stage, run_id, child_end, w), daemon=True)
         p.start()
+        child_end.close()  # the worker holds the only other end: its exit reads as EOF
+        procs.append(p)
+        conns.append(parent_end)
     running: dict[int, str | None] = dict.fromkeys(range(n))
-    exited: set[int] = set()
+    live = set(range(n))
     remaining = {s.id for s in shards}
     failure: tuple[str | None, str, str] | None = None
+
+    def dispatch(w: int) -> None:
+        shard = todo.popleft() if todo else None
+        running[w] = shard.id if shard is not None else None
+        with contextlib.suppress(OSError):  # a dead worker is noticed by its EOF
+            conns[w].send(shard)
+
+    def died(w: int) -> tuple[str | None, str, str]:
+        procs[w].join(timeout=5)
+        return (running[w], f"worker process {w} died with exit code {procs[w].exitcode}", "")
+
     try:
-        while len(exited) < n and failure is None:
-            try:
-                message = results.get(timeout=_POLL_S)
-            except queue.Empty:
-                for w, p in enumerate(procs):
-                    if w not in exited and not p.is_alive() and p.exitcode not in (0, None):
-                        failure = (
-                            running.get(w),
-                            f"worker process {w} died with exit code {p.exitcode}",
-                            "",
-                        )
-                continue
-            kind, wid = message[0], message[1]
-            if kind == "progress":
-                progress.update(rows=message[2], nbytes=message[3])
-            elif kind == "start":
-                running[wid] = message[2]
-            elif kind == "done":
-                _, _, shard_id, manifest, rows, nbytes = message
-                rundir.mark(index, manifest)
-                remaining.discard(shard_id)
-                running[wid] = None
-                progress.update(rows=rows, nbytes=nbytes, shards=1)
-            elif kind == "error":
-                failure = (message[2], message[3], message[4])
-            elif kind == "exit":
-                exited.add(wid)
+        for w in range(n):
+            dispatch(w)
+        while live and failure is None:
+            ready = mp_connection.wait([conns[w] for w in live], timeout=_POLL_S)
+            if not ready:  # a dead worker whose pipe end another process still holds
+                for w in list(live):
+                    if not procs[w].is_alive():
+                        live.discard(w)
+                        if running[w] is not None or procs[w].exitcode != 0:
+                            failure = failure or died(w)
+            for conn in ready:
+                w = conns.index(conn)
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    live.discard(w)
+                    if running[w] is not None or procs[w].exitcode not in (0, None):
+                        failure = failure or died(w)
+                    continue
+                kind = message[0]
+                if kind == "progress":
+                    progress.update(rows=message[2], nbytes=message[3])
+                elif kind == "done":
+                    _, _, shard_id, manifest, rows, nbytes = message
+                    rundir.mark(index, manifest)
+                    remaining.discard(shard_id)
+                    progress.update(rows=rows, nbytes=nbytes, shards=1)
+                    dispatch(w)
+                elif kind == "error":
+                    failure = failure or (message[2], message[3], message[4])
+                elif kind == "exit":
+                    live.discard(w)
         if failure is None and remaining:
             failure = (sorted(remaining)[0], "workers exited before finishing every shard", "")
     finally:
-        for p in procs:
-            if p.is_alive() and failure is not None:
-                p.terminate()
-        for p in procs:
-            p.join(timeout=30)
-        tasks.cancel_join_thread()
-        results.cancel_join_thread()
+        if failure is not None:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()  # the worker aborts its shard and closes its callbacks
+        _drain_until_exit(procs, conns, rundir, index)
     if failure is not None:
         shard_id, cause, remote_tb = failure
         where = f" on shard {shard_id}" if shard_id else ""
@@ -216,6 +270,32 @@ def _run_sharded(
         if remote_tb:
             message += f"\n\nworker traceback:\n{remote_tb}"
         raise StageFailed(message, stage=index, shard_id=shard_id)
+
+
+def _drain_until_exit(procs: list[Any], conns: list[Any], rundir: _RunDir, index: int) -> None:
+    """Wait for the workers to exit, reading their last messages so none blocks on a full
+    pipe; shards that still completed are marked. Workers stuck past the grace period are
+    killed."""
+    deadline = time.monotonic() + _STOP_GRACE_S
+    open_conns = list(conns)
+    while open_conns and time.monotonic() < deadline:
+        ready = mp_connection.wait(open_conns, timeout=0.05)
+        if not ready and not any(p.is_alive() for p in procs):
+            break  # every worker is gone and nothing is left to read
+        for conn in ready:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                open_conns.remove(conn)
+                continue
+            if message[0] == "done":
+                rundir.mark(index, message[3])
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=5)
+    for conn in conns:
+        conn.close()
 
 
 def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:

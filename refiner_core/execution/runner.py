@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..pipeline.callbacks import CallbackResultError
 from ..row import Row
 from .blocks import (
     DEFAULT_ARROW_BLOCK_ROWS,
@@ -52,7 +53,13 @@ class ShardContext:
     worker: WorkerContext
 
     def callback(self, step: Any) -> Any:
-        return self.worker.callback(step)
+        """The step's callback; a failing factory fails the shard naming the step."""
+        try:
+            return self.worker.callback(step)
+        except CallbackResultError:
+            raise
+        except Exception as exc:
+            raise step.fail(exc, self.shard_id) from exc
 
 
 def row_block_cap(pipeline: Any) -> int:

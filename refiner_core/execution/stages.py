@@ -114,10 +114,9 @@ class WriteStage(ShardedStage):
                 else:
                     table = builder.to_table(block, shard_id=shard.id, first_row=rows)
                 rows += table.num_rows
-                before = writer.rows_written
                 await writer.write(table)
                 if progress is not None:
-                    progress(writer.rows_written - before, table.nbytes)
+                    progress(table.num_rows, table.nbytes)
             return await writer.close()
         except BaseException:
             await writer.abort()

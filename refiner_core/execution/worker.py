@@ -8,7 +8,31 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from ..pipeline.callbacks import is_plain_function
+from ..pipeline.callbacks import CallbackResultError, is_plain_function
+
+_UNWIND_TIMEOUT_S = 30.0
+
+
+class _Tracked:
+    """Runs a coroutine on the loop and tells another thread when it has fully unwound."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+        self.started = False
+        self.finished = threading.Event()
+
+    async def run(self) -> Any:
+        self.started = True
+        try:
+            return await self.coro
+        finally:
+            self.finished.set()
+
+    def finish_if_never_started(self) -> None:
+        """On the loop, after a cancel: a task cancelled before its first step never runs."""
+        if not self.started:
+            self.coro.close()
+            self.finished.set()
 
 
 class WorkerContext:
@@ -21,17 +45,39 @@ class WorkerContext:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="refiner-loop", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run_loop, name="refiner-loop", daemon=True)
         self._thread.start()
         self._callbacks: dict[str, Any] = {}
         self._resources: list[Any] = []
         self._closed = False
 
+    def _run_loop(self) -> None:
+        """Run the loop until :meth:`close` stops it. asyncio re-raises a
+        ``KeyboardInterrupt``/``SystemExit`` that a callback raised out of the loop after
+        storing it in the task; the loop goes on so the waiting caller receives it."""
+        while True:
+            try:
+                self.loop.run_forever()
+                return
+            except (KeyboardInterrupt, SystemExit):
+                continue
+
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coro`` on the worker loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run ``coro`` on the worker loop and wait for its result.
+
+        If the wait is interrupted (a signal, ``KeyboardInterrupt``), ``coro`` is
+        cancelled and given time to unwind, so its cleanup runs before this raises.
+        """
+        tracked = _Tracked(coro)
+        future = asyncio.run_coroutine_threadsafe(tracked.run(), self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not tracked.finished.is_set():
+                future.cancel()
+                self.loop.call_soon_threadsafe(tracked.finish_if_never_started)
+                tracked.finished.wait(_UNWIND_TIMEOUT_S)
+            raise
 
     def callback(self, step: Any) -> Any:
         found = self._callbacks.get(step.uid)
@@ -44,7 +90,7 @@ class WorkerContext:
         else:
             callback = step.factory()
             if not callable(callback):
-                raise TypeError(
+                raise CallbackResultError(
                     f"{step.label}: factory {step.factory!r} returned {type(callback).__name__}, "
                     "which is not callable; return a function, an async function or an object "
                     "with __call__"

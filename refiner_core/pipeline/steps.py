@@ -171,28 +171,48 @@ class BatchMapStep(Step):
 
 
 class _Window:
-    """Bounded set of in-flight tasks with fail-fast error tracking."""
+    """Bounded set of in-flight calls with fail-fast error tracking.
+
+    Ordered windows hand results back in submission order; unordered ones in the
+    order the calls finished (recorded by a done callback, so ties keep that order).
+    """
 
     def __init__(self, step: Step, shard_id: str | None, limit: int, ordered: bool) -> None:
         self.step, self.shard_id, self.limit, self.ordered = step, shard_id, limit, ordered
-        self.queue: collections.deque[asyncio.Task] = collections.deque()
-        self.pending: set[asyncio.Task] = set()
+        self.queue: collections.deque[asyncio.Task] = collections.deque()  # ordered
+        self.pending: set[asyncio.Task] = set()  # unordered: still running
+        self.finished: collections.deque[asyncio.Task] = collections.deque()  # unordered
         self.error: BaseException | None = None
+        self._loop = asyncio.get_running_loop()
+        self._create_task = self._loop.create_task
+        self._waiter: asyncio.Future | None = None
 
-    def _on_done(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None and self.error is None:
-            self.error = task.exception()
+    def fail(self, exc: BaseException) -> None:
+        """Called by a call as it raises: remember the first error and cancel the other
+        pending calls now, which also wakes a take() waiting on an older call."""
+        if self.error is None:
+            self.error = exc
+            current = asyncio.current_task()
+            for other in (*self.queue, *self.pending):
+                if other is not current:
+                    other.cancel()
 
     def __len__(self) -> int:
-        return len(self.queue) if self.ordered else len(self.pending)
+        return len(self.queue) if self.ordered else len(self.pending) + len(self.finished)
 
     def submit(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        task.add_done_callback(self._on_done)
+        task = self._create_task(coro)
         if self.ordered:
             self.queue.append(task)
         else:
             self.pending.add(task)
+            task.add_done_callback(self._on_finished)
+
+    def _on_finished(self, task: asyncio.Task) -> None:
+        self.pending.discard(task)
+        self.finished.append(task)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def check(self) -> None:
         if self.error is not None:
@@ -207,28 +227,37 @@ class _Window:
         """Wait for at least one result (the oldest when ordered) and return ready ones."""
         self.check()
         if self.ordered:
-            head = self.queue.popleft()
+            head = self.queue[0]  # stays queued while awaited, so a failure can cancel it
             try:
                 results = [await head]
+            except asyncio.CancelledError:
+                if self.error is None:
+                    raise
+                raise self._wrap(self.error) from self.error
             except Exception as exc:
                 raise self._wrap(exc) from exc
+            self.queue.popleft()
             while self.queue and self.queue[0].done():
                 results.append(self._result(self.queue.popleft()))
             return results
-        done, self.pending = await asyncio.wait(self.pending, return_when=asyncio.FIRST_COMPLETED)
-        return [self._result(t) for t in done]
+        if not self.finished:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.ready()
 
     def ready(self) -> list[Any]:
+        """Results that are already there (in order when ordered), without waiting."""
         self.check()
         results = []
         if self.ordered:
             while self.queue and self.queue[0].done():
                 results.append(self._result(self.queue.popleft()))
         else:
-            done = [t for t in self.pending if t.done()]
-            for t in done:
-                self.pending.discard(t)
-                results.append(self._result(t))
+            while self.finished:
+                results.append(self._result(self.finished.popleft()))
         return results
 
     def _result(self, task: asyncio.Task) -> Any:
@@ -238,13 +267,14 @@ class _Window:
         return task.result()
 
     async def cancel(self) -> None:
-        tasks = list(self.queue) + list(self.pending)
+        tasks = [*self.queue, *self.pending, *self.finished]
         for t in tasks:
             t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.queue.clear()
         self.pending.clear()
+        self.finished.clear()
 
 
 @dataclass(eq=False)
@@ -263,7 +293,14 @@ class MapAsyncStep(Step):
         fn = None
 
         async def one(row: Row) -> Row:
-            return merge_map_result(row, await _maybe_await(fn(row)), label, shard)
+            try:
+                result = fn(row)
+                if inspect.isawaitable(result):
+                    result = await result
+                return merge_map_result(row, result, label, shard)
+            except Exception as exc:
+                window.fail(exc)
+                raise
 
         try:
             async for block in blocks:
@@ -301,7 +338,11 @@ class BatchMapAsyncStep(Step):
         fn = None
 
         async def one(batch: list[Row]) -> list[Row]:
-            return rows_from_iterable(await _maybe_await(fn(batch)), label, shard)
+            try:
+                return rows_from_iterable(await _maybe_await(fn(batch)), label, shard)
+            except Exception as exc:
+                window.fail(exc)
+                raise
 
         try:
             async for batch in _batches(blocks, self.batch_size):

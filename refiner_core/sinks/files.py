@@ -36,7 +36,9 @@ class FileSink:
     ) -> None:
         self.assets = resolve_assets_argument(assets, legacy, writer=f"write_{self.format}")
         self.template = FilenameTemplate(
-            filename_template or f"{{shard}}__{{attempt}}.{self.extension}"
+            f"{{shard}}__{{attempt}}.{self.extension}"
+            if filename_template is None
+            else filename_template
         )
         self.folder = DataFolder(output, storage_options)
 

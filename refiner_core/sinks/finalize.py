@@ -20,6 +20,17 @@ from ..execution.attempts import (
 )
 
 _ATTEMPT_DIR = re.compile(rf"(?P<shard>{SHARD_ID_PATTERN})__(?P<attempt>{ATTEMPT_ID_PATTERN})\Z")
+# the hidden name a local atomic write uses until it completes: ".<name>.<8 hex>.tmp"
+_TEMP_FILE = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{8}\.tmp\Z")
+
+
+def _completed_name(relative: str) -> str | None:
+    """The file a leftover temporary file of an interrupted write would have become."""
+    directory, base = posixpath.split(relative)
+    match = _TEMP_FILE.match(base)
+    if match is None:
+        return None
+    return posixpath.join(directory, match["name"]) if directory else match["name"]
 
 
 def choose_committed(manifests: list[dict[str, Any]], run_id: str) -> dict[str, dict[str, Any]]:
@@ -55,6 +66,7 @@ class FinalizeStage:
         manifests = read_manifests(folder)
         if run_id is None and manifests:
             run_id = max(manifests, key=lambda m: m["completed_at"])["run_id"]
+        manifests = self.select_manifests(manifests, run_id)
         committed = choose_committed(manifests, run_id) if run_id else {}
         keep = {(m["shard_id"], m["attempt_id"]) for m in committed.values()}
         commit_info = self.sink.commit(
@@ -102,6 +114,10 @@ class FinalizeStage:
         folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
         return summary
 
+    def select_manifests(self, manifests: list[dict[str, Any]], run_id: str | None) -> list:
+        """The manifests this finalization may keep or delete (all of them for plain files)."""
+        return manifests
+
     def _remove_orphans(self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]]) -> int:
         """Delete files and asset folders named for attempts that are not kept."""
         folder = self.sink.folder
@@ -110,6 +126,8 @@ class FinalizeStage:
         if template is not None:
             for relative in self._candidate_files(template):
                 parsed = template.parse(relative)
+                if parsed is None and (completed := _completed_name(relative)) is not None:
+                    parsed = template.parse(completed)
                 if parsed and parsed not in keep:
                     folder.rm(relative)
                     rejected.add(parsed)

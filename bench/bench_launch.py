@@ -1,0 +1,97 @@
+"""Benchmark: the fixed cost of ``launch_local`` for a one-shard job.
+
+Runs the same tiny pipeline (one shard of 100 rows, one ``map``) three ways, each the
+median of ``--repeat`` runs, interleaved::
+
+    python bench/bench_launch.py --repeat 7
+
+- baseline: ``materialize()`` in this process (no workers, no sink);
+- ``launch_local()`` of the pipeline (one stage: a worker process runs the shard);
+- ``write_parquet(...).launch_local()`` (two stages: the write and its finalization).
+
+Reported: wall time from the call to the returned stats, and that time per stage.
+Target: <= 0.5 s per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import refiner_core as mdr  # noqa: E402
+
+ROWS = 100
+
+
+def pipeline() -> mdr.Pipeline:
+    items = [{"episode": i, "num_frames": 10 * i} for i in range(ROWS)]
+    source = mdr.from_items(items, items_per_shard=ROWS)
+    return source.map(lambda row: {"long": row.num_frames > 300})
+
+
+def run_materialize() -> int:
+    return len(pipeline().materialize())
+
+
+def run_launch() -> int:
+    return len(pipeline().launch_local().stages)
+
+
+def run_write(folder: str) -> int:
+    out = tempfile.mkdtemp(dir=folder)
+    stats = pipeline().write_parquet(out).launch_local()
+    assert stats.summary["rows_written"] == ROWS
+    return len(stats.stages)
+
+
+def measure(fn) -> tuple[float, int]:
+    started = time.perf_counter()
+    with contextlib.redirect_stderr(io.StringIO()):  # progress lines
+        stages = fn()
+    return time.perf_counter() - started, stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="refiner-bench-launch-")
+    try:
+        cases = {
+            "materialize (baseline)": run_materialize,
+            "launch_local, 1 stage": run_launch,
+            "write_parquet + finalize, 2 stages": lambda: run_write(folder),
+        }
+        for fn in cases.values():  # warm up imports
+            measure(fn)
+        samples: dict[str, list[float]] = {name: [] for name in cases}
+        stages: dict[str, int] = {}
+        for _ in range(args.repeat):
+            for name, fn in cases.items():
+                seconds, n = measure(fn)
+                samples[name].append(seconds)
+                stages[name] = n
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    base = statistics.median(samples["materialize (baseline)"])
+    print(f"one shard of {ROWS} rows, median of {args.repeat} runs")
+    print(f"{'':38}{'total s':>10}{'per stage s':>13}{'x baseline':>12}")
+    for name, values in samples.items():
+        total = statistics.median(values)
+        per_stage = total / stages[name] if name != "materialize (baseline)" else total
+        print(f"{name:38}{total:10.4f}{per_stage:13.4f}{total / base:12.1f}")
+    print("target: <= 0.5 s per stage")
+
+
+if __name__ == "__main__":
+    main()

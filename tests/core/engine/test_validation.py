@@ -1,0 +1,116 @@
+"""Bad arguments fail when the pipeline is built, before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+import refiner_core as mdr
+
+from .helpers import all_files
+
+BAD_NUMBERS = [0, -1, 1.5, True, None, "4"]
+
+
+def base() -> mdr.Pipeline:
+    return mdr.from_items([{"i": 1}])
+
+
+async def afn(row):
+    return {}
+
+
+def bfn(rows):
+    return rows
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [
+        ("max_in_flight", lambda v: base().map_async(afn, max_in_flight=v)),
+        ("max_in_flight", lambda v: base().batch_map_async(bfn, batch_size=2, max_in_flight=v)),
+        ("batch_size", lambda v: base().batch_map(bfn, batch_size=v)),
+        ("batch_size", lambda v: base().batch_map_async(bfn, batch_size=v)),
+        ("max_block_rows", lambda v: base().with_max_block_rows(v)),
+        ("max_vectorized_block_bytes", lambda v: base().with_max_vectorized_block_bytes(v)),
+        ("items_per_shard", lambda v: mdr.from_items([1], items_per_shard=v)),
+    ],
+)
+def test_non_positive_limits_fail_at_build_time(name, build, value):
+    with pytest.raises(ValueError, match=name):
+        build(value)
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+def test_num_workers_must_be_positive(tmp_path, value):
+    calls = []
+    sequence = base().map(lambda r: calls.append(1) or {}).write_parquet(str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="num_workers"):
+        sequence.launch_local(num_workers=value)
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["map_async", "batch_map", "batch_map_async"])
+def test_exactly_one_of_fn_and_factory(kind):
+    extra = {} if kind == "map_async" else {"batch_size": 2}
+    method = getattr(base(), kind)
+    with pytest.raises(ValueError, match="exactly one of fn or factory"):
+        method(afn, factory=lambda: afn, **extra)
+    with pytest.raises(ValueError, match="exactly one of fn or factory"):
+        method(**extra)
+    with pytest.raises(TypeError, match="callable"):
+        method(factory=42, **extra)
+
+
+@pytest.mark.parametrize("kind", ["map", "filter", "flat_map"])
+def test_sync_steps_need_a_callable(kind):
+    with pytest.raises(TypeError, match="callable"):
+        getattr(base(), kind)(None)
+
+
+def test_batch_size_is_required():
+    with pytest.raises(TypeError):
+        base().batch_map(bfn)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "../x-{shard}-{attempt}.parquet",
+        "parts/../../x-{shard}-{attempt}.parquet",
+        "/elsewhere/x-{shard}-{attempt}.parquet",
+        "s3://bucket/x-{shard}-{attempt}.parquet",
+        "C:/x-{shard}-{attempt}.parquet",
+        "a\\x-{shard}-{attempt}.parquet",
+        "parts//x-{shard}-{attempt}.parquet",
+        "x-{shard}.parquet",
+        "x-{attempt}.parquet",
+        "x.parquet",
+        "x-{shard}-{attempt}-{worker}.parquet",
+        "x-{shard}-{attempt",
+        "",
+    ],
+)
+@pytest.mark.parametrize("writer", ["write_parquet", "write_jsonl"])
+def test_filename_template_must_stay_inside_the_output(tmp_path, template, writer):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="filename_template"):
+        getattr(base(), writer)(str(out), filename_template=template)
+    assert not out.exists() or all_files(out) == []
+
+
+def test_more_than_ten_thousand_shards_names_the_limit():
+    with pytest.raises(ValueError, match=r"limit of 10000 shards"):
+        mdr.from_items(range(20_000), items_per_shard=1).materialize()
+
+
+def test_dtypes_must_be_types():
+    with pytest.raises(TypeError, match="dtype for column 'n'"):
+        base().map(lambda r: {}, dtypes={"n": "int"})
+    with pytest.raises(TypeError, match="dtypes must be a dict"):
+        mdr.from_items([1], dtypes=[("n", mdr.datatype.int64())])
+
+
+def test_unknown_writer_format(tmp_path):
+    with pytest.raises(ValueError, match="unknown output format"):
+        base().write("csv", str(tmp_path))
