@@ -110,11 +110,12 @@ class AssetWriterBase:
             return table
         self._touched = True
         dropped = [False] * table.num_rows
+        written: dict[int, list[tuple[str, int]]] = {}
         replaced: dict[int, tuple[pa.Field, list[Any]]] = {}
         for column in columns:
             values = table.column(column.index).to_pylist()
             new_values = await self._write_column(
-                column, values, dropped, shard_id=shard_id, first_row=first_row
+                column, values, dropped, written, shard_id=shard_id, first_row=first_row
             )
             for i, value in enumerate(new_values):
                 if (
@@ -125,6 +126,7 @@ class AssetWriterBase:
                 ):
                     dropped[i] = True
             replaced[column.index] = (with_asset_form(column.field, self.output_form), new_values)
+        self._forget_dropped(written, dropped)
         arrays = []
         fields = []
         keep = [i for i, d in enumerate(dropped) if not d]
@@ -143,6 +145,17 @@ class AssetWriterBase:
                 fields.append(field)
         self.counters["rows_dropped"] += table.num_rows - len(keep)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def _forget_dropped(
+        self, written: dict[int, list[tuple[str, int]]], dropped: list[bool]
+    ) -> None:
+        """Delete the files already copied for rows that a later cell dropped after all."""
+        for row, files in written.items():
+            if dropped[row]:
+                for relative, size in files:
+                    self.folder.rm(relative)
+                    self.counters["assets_written"] -= 1
+                    self.counters["asset_bytes"] -= size
 
     def jobs(self, column: AssetColumn, values: list[Any], dropped: list[bool]):
         """``(row index, element index or None, value)`` for every non-null asset value."""
@@ -173,8 +186,9 @@ class AssetWriterBase:
             results[row][element] = value
 
     async def _write_column(
-        self, column, values, dropped, *, shard_id, first_row
+        self, column, values, dropped, written, *, shard_id, first_row
     ) -> list[Any]:  # pragma: no cover
+        """New cell values of one column; files it creates per row go into ``written``."""
         raise NotImplementedError
 
     # lifecycle -------------------------------------------------------------

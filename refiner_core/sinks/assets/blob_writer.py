@@ -8,7 +8,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...io.blob import validate_reference
 from .base import AssetWriterBase
 from .blocks import BlockWriter
 from .coalesce import plan_coalescing
@@ -39,8 +38,6 @@ class BlobAssetWriter(AssetWriterBase):
         writer = self.blocks.get(column.name)
         if writer is None:
             directory = f"{self.attempt_dir}/{column.dirname}"
-            if any(b.directory == directory for b in self.blocks.values()):
-                directory = f"{directory}-{column.index}"
             writer = BlockWriter(self.folder, directory, self.config.target_bytes, self.counters)
             self.blocks[column.name] = writer
         return writer
@@ -75,7 +72,9 @@ class BlobAssetWriter(AssetWriterBase):
         )
         return [await self.process_table(combined, shard_id=shard_id, first_row=first_row)]
 
-    async def _write_column(self, column, values, dropped, *, shard_id, first_row) -> list[Any]:
+    async def _write_column(
+        self, column, values, dropped, written, *, shard_id, first_row
+    ) -> list[Any]:
         block = self._block(column)
         results: list[Any] = list(values)
         whole: dict[str, int] = {}
@@ -103,7 +102,8 @@ class BlobAssetWriter(AssetWriterBase):
 
         def schedule() -> None:
             for row, element, value in jobs:
-                if whole and validate_reference(value)[0] in whole:
+                # plan_coalescing validated every reference of the column already
+                if whole and value["path"] in whole:
                     prefetch.append((row, element, value, None))
                 elif not is_remote(value, form):
                     prefetch.append((row, element, value, fetch(value)))
@@ -119,12 +119,17 @@ class BlobAssetWriter(AssetWriterBase):
             while prefetch:
                 row, element, value, pending = prefetch.popleft()
                 if pending is None:
-                    path, offset, size = validate_reference(value)
+                    path, offset, size = value["path"], value["offset"], value["size"]
                     if path not in copied:
                         fs, fs_path = self.filesystems.resolve(path)
-                        copied[path] = await self.in_thread(
-                            block.copy_whole, fs, fs_path, path, whole[path]
-                        )
+                        try:
+                            copied[path] = await self.in_thread(
+                                block.copy_whole, fs, fs_path, path, whole[path]
+                            )
+                        except Exception as exc:
+                            raise self.fail(
+                                column, first_row + row, element, value, exc, shard_id
+                            ) from exc
                         self.counters["blobs_coalesced"] += 1
                         self.counters["bytes_coalesced"] += whole[path]
                         self.counters["asset_bytes"] += whole[path]
@@ -150,11 +155,16 @@ class BlobAssetWriter(AssetWriterBase):
                             schedule()
                             continue
                         raise self.fail(column, first_row + row, element, value, error, shard_id)
-                    url, start = (
-                        block.append(source)
-                        if source.data is not None
-                        else await self.in_thread(block.append, source)
-                    )
+                    try:
+                        url, start = (
+                            block.append(source)
+                            if source.data is not None
+                            else await self.in_thread(block.append, source)
+                        )
+                    except Exception as exc:  # a streamed source failing half way
+                        raise self.fail(
+                            column, first_row + row, element, value, exc, shard_id
+                        ) from exc
                     self.counters["assets_written"] += 1
                     self.counters["asset_bytes"] += source.size
                     if form == "blob":

@@ -19,19 +19,26 @@ class AssetColumn:
     index: int
     field: pa.Field
     info: AssetInfo
-
-    @property
-    def dirname(self) -> str:
-        return safe_name(self.name, fallback="column")
+    dirname: str
 
 
 def asset_columns(schema: pa.Schema) -> list[AssetColumn]:
-    """The asset columns of ``schema``, in column order."""
+    """The asset columns of ``schema``, in column order.
+
+    Each gets a folder name of its own: columns whose safe names collide (``cam a``
+    and ``cam/a``) are told apart by their column index.
+    """
     found = []
+    used: set[str] = set()
     for i, field in enumerate(schema):
         info = asset_of(field)
         if info is not None:
-            found.append(AssetColumn(field.name, i, field, info))
+            base = safe_name(field.name, fallback="column")
+            dirname, k = base, i
+            while dirname in used:
+                dirname, k = f"{base}-{k}", k + 1
+            used.add(dirname)
+            found.append(AssetColumn(field.name, i, field, info, dirname))
     return found
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,23 @@ LEGACY_KEYWORDS = (
     "max_asset_uploads_in_flight",
     "missing_asset_policy",
 )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first caller outside refiner_core, seen from the warning's caller.
+
+    Python shows a DeprecationWarning by default only when it is attributed to
+    ``__main__``, so the warning must point at the user's line, however deep the call.
+    """
+    frame = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _positive(name: str, value: Any) -> None:
@@ -106,11 +125,13 @@ def resolve_assets_argument(
             f"{writer}() got assets= together with the old keywords {sorted(legacy)}; "
             "use only assets=mdr.FileAssetConfig(...)"
         )
-    if not legacy.get("upload_assets", True) and len(legacy) == 1:
+    if not legacy.get("upload_assets", True):
+        ignored = sorted(set(legacy) - {"upload_assets"})
         warnings.warn(
-            f"{writer}(upload_assets=False) is deprecated; use assets=None",
+            f"{writer}(upload_assets=False) is deprecated; use assets=None"
+            + (f" ({', '.join(ignored)} had no effect without uploads)" if ignored else ""),
             DeprecationWarning,
-            stacklevel=4,
+            stacklevel=_caller_stacklevel(),
         )
         return None
     options = {}
@@ -126,6 +147,6 @@ def resolve_assets_argument(
         f"{writer}({', '.join(sorted(legacy))}) is deprecated; use "
         f"assets=mdr.FileAssetConfig({call}) instead",
         DeprecationWarning,
-        stacklevel=4,
+        stacklevel=_caller_stacklevel(),
     )
     return config

@@ -8,16 +8,24 @@ import shutil
 from typing import Any
 
 from ...io.datafile import is_local
-from .base import DROPPED, AssetWriterBase
+from .base import AssetWriterBase
 from .columns import asset_file_name
-from .fetch import MissingAsset, open_source
+from .fetch import MissingAsset, check_path, is_remote, open_source
+
+# Local-to-local copies cost tens of microseconds each: a thread hand-off per file
+# would cost more than the copy, so they go to the threads in runs of this many, and
+# at most LOCAL_THREADS runs at once (more threads only contend for the GIL).
+LOCAL_RUN = 64
+LOCAL_THREADS = 4
 
 
 class FileAssetWriter(AssetWriterBase):
     """Copies assets with up to ``max_in_flight`` copies at once, shared across blocks.
 
     Same-filesystem copies are server-side (``fs.copy``; local ``copyfile``), other
-    copies stream through this worker. Files land under
+    copies stream through this worker. Copies that touch no network (local source,
+    local output) run in batches of ``LOCAL_RUN``, at most ``LOCAL_THREADS`` batches at
+    once, each batch holding one of the ``max_in_flight`` slots. Files land under
     ``<output>/<subdir>/<shard>__<attempt>/<column>/<row>_<name>``.
     """
 
@@ -26,16 +34,21 @@ class FileAssetWriter(AssetWriterBase):
     def __init__(self, config: Any, folder: Any, attempt: str) -> None:
         super().__init__(config, folder, attempt)
         self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._local_slots = asyncio.Semaphore(min(LOCAL_THREADS, config.max_in_flight))
+        self._made_dirs: set[str] = set()
 
     def _copy(self, relative: str, value: Any, form: str) -> int:
         """Copy one asset to ``relative``; returns its size. Runs in a worker thread."""
         destination = self.folder.join(relative)
         if form == "path":
-            fs, path = self.filesystems.resolve(value)
+            fs, path = self.filesystems.resolve(check_path(value))
             same = fs is self.folder.fs or (is_local(fs) and self.local_output)
             if same:
                 if is_local(fs):
-                    os.makedirs(os.path.dirname(destination), exist_ok=True)
+                    directory = os.path.dirname(destination)
+                    if directory not in self._made_dirs:
+                        os.makedirs(directory, exist_ok=True)
+                        self._made_dirs.add(directory)
                     try:
                         shutil.copyfile(path, destination)
                     except FileNotFoundError as exc:
@@ -53,16 +66,28 @@ class FileAssetWriter(AssetWriterBase):
                 f.write(chunk)
         return source.size
 
-    async def _one(
-        self, relative: str, value: Any, form: str
-    ) -> tuple[int | None, BaseException | None]:
-        async with self._slots:
+    def _copy_run(self, items: list[tuple[str, Any]], form: str) -> list[tuple[Any, Any]]:
+        """Copy ``(relative, value)`` items one after another; ``(size, error)`` for each."""
+        outcomes: list[tuple[Any, Any]] = []
+        for relative, value in items:
             try:
-                return await self.in_thread(self._copy, relative, value, form), None
+                outcomes.append((self._copy(relative, value, form), None))
             except Exception as exc:
-                return None, exc
+                outcomes.append((None, exc))
+        return outcomes
 
-    async def _write_column(self, column, values, dropped, *, shard_id, first_row) -> list[Any]:
+    async def _run(
+        self, items: list[tuple[str, Any]], form: str, *, local: bool
+    ) -> list[tuple[Any, Any]]:
+        if local:
+            async with self._local_slots, self._slots:
+                return await self.in_thread(self._copy_run, items, form)
+        async with self._slots:
+            return await self.in_thread(self._copy_run, items, form)
+
+    async def _write_column(
+        self, column, values, dropped, written, *, shard_id, first_row
+    ) -> list[Any]:
         results: list[Any] = list(values)
         jobs = list(self.jobs(column, values, dropped))
         directory = f"{self.attempt_dir}/{column.dirname}"
@@ -70,17 +95,31 @@ class FileAssetWriter(AssetWriterBase):
             f"{directory}/{asset_file_name(first_row + row, element, value, column.info.form)}"
             for row, element, value in jobs
         ]
+        form = column.info.form
+        local_jobs = [
+            k for k, job in enumerate(jobs) if self.local_output and not is_remote(job[2], form)
+        ]
+        is_local_job = set(local_jobs)
+        runs = [local_jobs[i : i + LOCAL_RUN] for i in range(0, len(local_jobs), LOCAL_RUN)]
+        runs += [[k] for k in range(len(jobs)) if k not in is_local_job]
         tasks = [
-            asyncio.ensure_future(self._one(relative, value, column.info.form))
-            for relative, (_, _, value) in zip(relatives, jobs, strict=True)
+            asyncio.ensure_future(
+                self._run(
+                    [(relatives[k], jobs[k][2]) for k in run], form, local=run[0] in is_local_job
+                )
+            )
+            for run in runs
         ]
         try:
-            outcomes = await asyncio.gather(*tasks)
+            done = await asyncio.gather(*tasks)
         except BaseException:
             for t in tasks:
                 t.cancel()
             raise
-        written_by_row: dict[int, list[str]] = {}
+        outcomes: list[Any] = [None] * len(jobs)
+        for run, run_outcomes in zip(runs, done, strict=True):
+            for k, outcome in zip(run, run_outcomes, strict=True):
+                outcomes[k] = outcome
         for (row, element, value), relative, (size, error) in zip(
             jobs, relatives, outcomes, strict=True
         ):
@@ -92,14 +131,6 @@ class FileAssetWriter(AssetWriterBase):
                 raise self.fail(column, first_row + row, element, value, error, shard_id)
             self.counters["assets_written"] += 1
             self.counters["asset_bytes"] += size
-            written_by_row.setdefault(row, []).append(relative)
+            written.setdefault(row, []).append((relative, size))
             self.place(results, column, values, row, element, self.folder.url_of(relative))
-        for row, value in enumerate(results):
-            is_dropped = value is DROPPED or (
-                isinstance(value, list) and any(v is DROPPED for v in value)
-            )
-            if is_dropped:
-                for relative in written_by_row.get(row, []):
-                    self.folder.rm(relative)
-                    self.counters["assets_written"] -= 1
         return results

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 import refiner_core.inference
 from refiner_core.inference import OpenAIResponsesProvider, generate_text
 
@@ -28,8 +26,6 @@ async def annotate(row, generate):
 def test_seed_sample_through_the_engine(openai_server, monkeypatch):
     import refiner_core as mdr
 
-    if not hasattr(mdr, "from_items"):
-        pytest.skip("the pipeline engine (mdr.from_items / map_async) is not available")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     openai_server.set_service_time(0.01)
     pipeline = mdr.from_items(EPISODES, items_per_shard=20)
@@ -61,8 +57,6 @@ def test_seed_sample_through_the_engine(openai_server, monkeypatch):
 def test_seed_sample_materialize(openai_server, monkeypatch):
     import refiner_core as mdr
 
-    if not hasattr(mdr, "from_items"):
-        pytest.skip("the pipeline engine (mdr.from_items / map_async) is not available")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     pipeline = mdr.from_items(EPISODES[:5])
     pipeline = pipeline.map_async(
@@ -112,8 +106,6 @@ def test_seed_sample_in_worker_processes(openai_server, monkeypatch, tmp_path):
 
     import refiner_core as mdr
 
-    if not hasattr(mdr.Pipeline, "launch_local"):
-        pytest.skip("the pipeline engine has no launch_local yet")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     pipeline = mdr.from_items(EPISODES, items_per_shard=10)
     pipeline = pipeline.map_async(

@@ -85,8 +85,11 @@ def _crash_once(marker: str, journal_dir: str):
             # Wait until Lance has finished (and journaled) a data file of this attempt.
             deadline = time.time() + 30
             while time.time() < deadline:
+                # finished journal entries only: a hidden ".<name>.tmp" is still being written
                 entries = [
-                    json.loads(Path(journal_dir, n).read_text()) for n in os.listdir(journal_dir)
+                    json.loads(Path(journal_dir, n).read_text())
+                    for n in os.listdir(journal_dir)
+                    if n.endswith(".json") and not n.startswith(".")
                 ]
                 if any(e["shard_id"] == "00000" and e["data_files"] for e in entries):
                     break

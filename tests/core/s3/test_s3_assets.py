@@ -21,7 +21,9 @@ def _media(tmp_path, n: int, size: int = 3000) -> list[tuple[str, bytes]]:
     return files
 
 
-def _upload(s3_server, bucket: str, files: list[tuple[str, bytes]], prefix: str = "src") -> list[str]:
+def _upload(
+    s3_server, bucket: str, files: list[tuple[str, bytes]], prefix: str = "src"
+) -> list[str]:
     client = s3_server.client()
     urls = []
     for path, data in files:
@@ -61,7 +63,9 @@ def test_blob_packing_to_s3_round_trip(tmp_path, s3_server, s3_bucket, s3_storag
     assert s3_server.open_uploads(s3_bucket) == []
 
 
-def test_file_mode_copies_s3_to_s3_server_side_and_concurrently(tmp_path, s3_server, s3_bucket, s3_proxy):
+def test_file_mode_copies_s3_to_s3_server_side_and_concurrently(
+    tmp_path, s3_server, s3_bucket, s3_proxy
+):
     files = _media(tmp_path, 24)
     urls = _upload(s3_server, s3_bucket, files)
     options = s3_proxy.storage_options()
@@ -87,10 +91,13 @@ def test_file_mode_copies_s3_to_s3_server_side_and_concurrently(tmp_path, s3_ser
         assert fs.get_object(Bucket=s3_bucket, Key=key)["Body"].read() == files[row.i][1]
 
 
-def test_file_mode_uploads_local_files_with_bounded_concurrency(tmp_path, s3_server, s3_bucket, s3_proxy):
+def test_file_mode_uploads_local_files_with_bounded_concurrency(
+    tmp_path, s3_server, s3_bucket, s3_proxy
+):
     files = _media(tmp_path, 20)
     pipeline = mdr.from_items(
-        [{"i": i, "clip": p} for i, (p, _) in enumerate(files)], dtypes={"clip": mdr.datatype.video_path()}
+        [{"i": i, "clip": p} for i, (p, _) in enumerate(files)],
+        dtypes={"clip": mdr.datatype.video_path()},
     )
     s3_proxy.latency_s = 0.02
     s3_proxy.clear()
@@ -118,23 +125,30 @@ def test_read_blob_on_s3_is_one_ranged_get(s3_server, s3_bucket, s3_proxy):
 
 
 @pytest.mark.parametrize("config", [mdr.FileAssetConfig, mdr.BlobAssetConfig])
-def test_missing_s3_object_is_a_missing_asset(tmp_path, s3_server, s3_bucket, s3_storage_options, config):
+def test_missing_s3_object_is_a_missing_asset(
+    tmp_path, s3_server, s3_bucket, s3_storage_options, config
+):
     files = _media(tmp_path, 3)
     urls = _upload(s3_server, s3_bucket, files)
     urls[1] = f"s3://{s3_bucket}/src/not-there.mp4"
     pipeline = mdr.from_items(
-        [{"i": i, "clip": u} for i, u in enumerate(urls)], dtypes={"clip": mdr.datatype.video_path()}
+        [{"i": i, "clip": u} for i, u in enumerate(urls)],
+        dtypes={"clip": mdr.datatype.video_path()},
     )
     out = f"s3://{s3_bucket}/null"
     stats = pipeline.write_parquet(
         out, assets=config(missing_policy="set_null"), storage_options=s3_storage_options
     ).launch_local()
     assert (stats.summary["missing_assets"], stats.summary["cells_nulled"]) == (1, 1)
-    rows = sorted(mdr.read_parquet(out, storage_options=s3_storage_options).materialize(), key=lambda r: r.i)
+    rows = sorted(
+        mdr.read_parquet(out, storage_options=s3_storage_options).materialize(), key=lambda r: r.i
+    )
     assert rows[1].clip is None and rows[0].clip is not None
 
     stats = pipeline.write_parquet(
-        f"s3://{s3_bucket}/drop", assets=config(missing_policy="drop_row"), storage_options=s3_storage_options
+        f"s3://{s3_bucket}/drop",
+        assets=config(missing_policy="drop_row"),
+        storage_options=s3_storage_options,
     ).launch_local()
     assert (stats.summary["rows_dropped"], stats.summary["rows_written"]) == (1, 2)
 
@@ -143,5 +157,9 @@ def test_missing_s3_object_is_a_missing_asset(tmp_path, s3_server, s3_bucket, s3
             f"s3://{s3_bucket}/err", assets=config(), storage_options=s3_storage_options
         ).launch_local()
     assert "column 'clip', row 1" in str(failure.value)
-    assert not [k for k in s3_server.keys(s3_bucket) if k.startswith("err/") and not k.startswith("err/_refiner/")]
+    assert not [
+        k
+        for k in s3_server.keys(s3_bucket)
+        if k.startswith("err/") and not k.startswith("err/_refiner/")
+    ]
     assert s3_server.open_uploads(s3_bucket) == []

@@ -1,0 +1,364 @@
+"""Benchmark: packing and copying media files on local disk, against cat and cp.
+
+Generates ``--files`` files of ``--file-kib`` KiB (16,000 x 64 KiB = 1 GiB by default)
+in a temporary folder and times, as the median of ``--repeat`` runs, interleaved:
+
+1. ``BlobAssetConfig`` packing with ``launch_local(num_workers=1)`` and ``2``,
+   against ``cat`` of the same files into one file (target <= 2x, goal 1.3x);
+2. ``FileAssetConfig`` copies against ``cp -r`` of the folder (target <= 3x);
+3. a re-pack of the fully referenced packed output (complete-blob coalescing)
+   against ``cp`` of its blocks (target <= 1.5x) and against the per-range path
+   on the same data, forced with ``missing_policy="set_null"`` (target >= 10x);
+4. the peak RSS of the worker processes (sum of the launcher's children, sampled
+   every 10 ms) while packing ``--rss-gib`` GiB of 4 MiB files, against the same
+   for a quarter of that (target < 600 MiB, and no growth with the data size).
+
+Run from the repository root::
+
+    .venv/bin/python bench/bench_assets.py
+
+``--dir`` chooses where the temporary data goes (default: the system temp folder);
+everything is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import refiner_core as mdr  # noqa: E402
+
+KIB = 1024
+MIB = 1024 * KIB
+FILES_PER_FOLDER = 1000
+SETTLE_S = 1.0  # after a sync, before the next timed run: lets the disk finish discards
+
+
+# data -----------------------------------------------------------------------------
+
+
+def make_files(folder: Path, count: int, size: int) -> list[str]:
+    """``count`` files of ``size`` random-ish bytes in sub-folders of 1,000 files."""
+    pool = os.urandom(size + 4096)
+    paths = []
+    for i in range(count):
+        sub = folder / f"{i // FILES_PER_FOLDER:03d}"
+        if i % FILES_PER_FOLDER == 0:
+            sub.mkdir(parents=True, exist_ok=True)
+        path = sub / f"clip_{i:06d}.bin"
+        start = (i * 97) % 4096
+        path.write_bytes(pool[start : start + size])
+        paths.append(str(path))
+    return paths
+
+
+def paths_table(paths: list[str], where: Path) -> str:
+    """A Parquet file listing the paths (the pipeline's input), in row groups of 1,000 rows
+    so that ``num_shards`` can split it between workers."""
+    table = pa.table({"i": pa.array(range(len(paths)), pa.int64()), "video": paths})
+    where.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, where, row_group_size=1000)
+    return str(where)
+
+
+def drop(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+# timing ---------------------------------------------------------------------------
+
+
+class RssSampler:
+    """Samples the summed RSS of this process's children (the launcher's workers)."""
+
+    def __init__(self, every: float = 0.01) -> None:
+        self.every = every
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += child.memory_info().rss
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def sync() -> None:
+    """Flush dirty pages so one run's writeback does not slow the next."""
+    os.sync()
+
+
+def median_of(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(times) for name, times in runs.items()}
+
+
+def interleaved(cases: dict[str, Callable[[], None]], cleanup: Callable[[], None], repeat: int):
+    """Run every case ``repeat`` times, interleaved, cleaning up and syncing after each."""
+    runs: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, case in cases.items():
+            sync()
+            time.sleep(SETTLE_S)
+            runs[name].append(timed(case))
+            cleanup()
+            sync()
+    return runs
+
+
+def report(title: str, runs: dict[str, list[float]], nbytes: int) -> dict[str, float]:
+    medians = median_of(runs)
+    print(f"\n{title}")
+    for name, seconds in medians.items():
+        rate = nbytes / seconds / MIB
+        each = ", ".join(f"{t:.2f}" for t in runs[name])
+        print(f"  {name:<34} {seconds:7.3f} s  {rate:8.0f} MiB/s   (runs: {each})")
+    return medians
+
+
+def ratio_line(label: str, value: float, target: str) -> None:
+    print(f"  {label:<34} {value:7.2f}x   target {target}")
+
+
+# cases ----------------------------------------------------------------------------
+
+
+def pack(input_table: str, output: Path, workers: int, config) -> dict:
+    pipeline = mdr.read_parquet(
+        input_table, dtypes={"video": mdr.datatype.video_path()}, num_shards=workers
+    )
+    stats = pipeline.write_parquet(str(output), assets=config).launch_local(num_workers=workers)
+    assert stats.stages[0].shards == workers
+    return stats.summary
+
+
+def repack(packed: Path, output: Path, policy: str) -> dict:
+    config = mdr.BlobAssetConfig(missing_policy=policy)
+    stats = (
+        mdr.read_parquet(str(packed))
+        .write_parquet(str(output), assets=config)
+        .launch_local(num_workers=1)
+    )
+    return stats.summary
+
+
+def quiet(fn: Callable[[], object]) -> Callable[[], None]:
+    """Run ``fn`` with stderr (the progress lines) sent to /dev/null."""
+
+    def run() -> None:
+        saved = os.dup(2)
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                fn()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+
+    return run
+
+
+def bench_pack_and_copy(work: Path, count: int, size: int, repeat: int) -> None:
+    src = work / "src"
+    print(
+        f"generating {count:,} files x {size // KIB} KiB = {count * size / MIB:,.0f} MiB in {src}"
+    )
+    paths = make_files(src, count, size)
+    table = paths_table(paths, work / "input" / "paths.parquet")
+    nbytes = count * size
+    out = work / "out"
+
+    def cat() -> None:
+        with open(out, "wb") as f:
+            subprocess.run(["cat", *paths], stdout=f, check=True)
+
+    def cleanup() -> None:
+        drop(out)
+
+    def checked_pack(workers: int) -> Callable[[], None]:
+        def run() -> None:
+            summary = pack(table, out, workers, mdr.BlobAssetConfig())
+            assert summary["assets_written"] == count and summary["block_bytes"] == nbytes
+
+        return quiet(run)
+
+    runs = interleaved(
+        {
+            "cat (one file)": cat,
+            "BlobAssetConfig, 1 worker": checked_pack(1),
+            "BlobAssetConfig, 2 workers": checked_pack(2),
+        },
+        cleanup,
+        repeat,
+    )
+    m = report(f"pack {count:,} files into blocks", runs, nbytes)
+    ratio_line(
+        "1 worker / cat", m["BlobAssetConfig, 1 worker"] / m["cat (one file)"], "<= 2 (goal 1.3)"
+    )
+    ratio_line(
+        "2 workers / cat", m["BlobAssetConfig, 2 workers"] / m["cat (one file)"], "<= 2 (goal 1.3)"
+    )
+
+    def cp() -> None:
+        subprocess.run(["cp", "-r", str(src), str(out)], check=True)
+
+    def files(workers: int) -> Callable[[], None]:
+        def run() -> None:
+            summary = pack(table, out, workers, mdr.FileAssetConfig())
+            assert summary["assets_written"] == count and summary["asset_bytes"] == nbytes
+
+        return quiet(run)
+
+    runs = interleaved(
+        {
+            "cp -r": cp,
+            "FileAssetConfig, 1 worker": files(1),
+            "FileAssetConfig, 2 workers": files(2),
+        },
+        cleanup,
+        repeat,
+    )
+    m = report(f"copy {count:,} files one by one", runs, nbytes)
+    ratio_line("1 worker / cp -r", m["FileAssetConfig, 1 worker"] / m["cp -r"], "<= 3")
+    ratio_line("2 workers / cp -r", m["FileAssetConfig, 2 workers"] / m["cp -r"], "<= 3")
+
+    # re-pack: a packed dataset whose references cover every block
+    packed = work / "packed"
+    quiet(lambda: pack(table, packed, 1, mdr.BlobAssetConfig(target_bytes=256 * MIB)))()
+    drop(src)
+    block_files = sorted(str(p) for p in packed.rglob("block-*.bin"))
+    print(f"\npacked source: {len(block_files)} blocks, {du(packed / 'assets') / MIB:,.0f} MiB")
+
+    def cp_blocks() -> None:
+        out.mkdir()
+        subprocess.run(["cp", *block_files, str(out)], check=True)
+
+    summaries = {}
+
+    def re(policy: str) -> Callable[[], None]:
+        def run() -> None:
+            summaries[policy] = repack(packed, out, policy)
+
+        return quiet(run)
+
+    runs = interleaved(
+        {
+            "cp of the blocks": cp_blocks,
+            "re-pack, coalesced": re("error"),
+            "re-pack, per range (set_null)": re("set_null"),
+        },
+        cleanup,
+        repeat,
+    )
+    m = report("re-pack a fully referenced dataset", runs, nbytes)
+    coalesced, ranged = summaries["error"], summaries["set_null"]
+    assert coalesced["blobs_coalesced"] == len(block_files) and coalesced["ranges_copied"] == 0
+    assert ranged["blobs_coalesced"] == 0 and ranged["ranges_copied"] == count
+    ratio_line("coalesced / cp", m["re-pack, coalesced"] / m["cp of the blocks"], "<= 1.5")
+    ratio_line(
+        "per range / coalesced",
+        m["re-pack, per range (set_null)"] / m["re-pack, coalesced"],
+        ">= 10",
+    )
+    drop(packed)
+    drop(work / "input")
+
+
+def bench_rss(work: Path, gib: int) -> None:
+    size = 4 * MIB
+    print(f"\npeak worker RSS while packing {size // MIB} MiB files (BlobAssetConfig, 1 worker)")
+    peaks = {}
+    for total in (gib * 1024 * MIB // 4, gib * 1024 * MIB):
+        count = total // size
+        src = work / "rss-src"
+        paths = make_files(src, count, size)
+        table = paths_table(paths, work / "rss-input" / "paths.parquet")
+        out = work / "rss-out"
+        with RssSampler() as sampler:
+            summary = quiet(lambda t=table, o=out: pack(t, o, 1, mdr.BlobAssetConfig()))
+            started = time.perf_counter()
+            summary()
+            seconds = time.perf_counter() - started
+        peaks[total] = sampler.peak
+        print(
+            f"  {total / MIB / 1024:5.2f} GiB ({count:,} files): peak {sampler.peak / MIB:6.0f} MiB "
+            f"in {seconds:.1f} s   target < 600 MiB"
+        )
+        drop(out)
+        drop(src)
+        drop(work / "rss-input")
+        sync()
+    small, large = sorted(peaks)
+    print(
+        f"  growth from {small / MIB / 1024:.0f} to {large / MIB / 1024:.0f} GiB: "
+        f"{(peaks[large] - peaks[small]) / MIB:+.0f} MiB"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=16_000)
+    parser.add_argument("--file-kib", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rss-gib", type=int, default=4, help="0 skips the memory run")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--dir", default=None, help="parent of the temporary data folder")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="refiner-bench-assets-", dir=args.dir))
+    print(f"data folder: {work} ({shutil.disk_usage(work).free / 2**30:,.0f} GiB free)")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work skews timings)"
+    )
+    try:
+        if not args.skip_speed:
+            bench_pack_and_copy(work, args.files, args.file_kib * KIB, args.repeat)
+        if args.rss_gib:
+            bench_rss(work, args.rss_gib)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
