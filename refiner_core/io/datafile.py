@@ -26,6 +26,33 @@ from typing import IO, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+_KEPT_ACROSS_FORK: list[Any] = []
+
+
+def _keep_io_state_across_fork() -> None:
+    """Keep fsspec's event loop and cached filesystems referenced in a forked child.
+
+    A forked child shares the parent's epoll instance. If the child garbage-collected
+    the parent's loop or its open connections (fsspec drops them after a fork), their
+    cleanup would unregister the parent's descriptors from that shared epoll, and the
+    parent's next call on the loop would stall until some timer woke it up.
+    """
+    import fsspec.asyn
+
+    kept: list[Any] = [fsspec.asyn.loop[0], fsspec.asyn.iothread[0]]
+    classes = [fsspec.AbstractFileSystem]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        cache = cls.__dict__.get("_cache")
+        if cache:
+            kept.extend(cache.values())
+    _KEPT_ACROSS_FORK[:] = kept
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _keep_io_state_across_fork())
+
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
