@@ -82,16 +82,22 @@ def _crash_once(marker: str, journal_dir: str):
     def crash(row):
         if row.id == 25 and not os.path.exists(marker):
             open(marker, "w").close()
-            # Wait until Lance has finished (and journaled) a data file of this attempt.
+            # Wait until Lance has finished (and journaled) the data files of the rows
+            # handed over so far: the journaled count stays the same for half a second.
+            # (A file Lance finishes in the instant before its journal entry is written
+            # cannot be attributed to this attempt; that window is not what this tests.)
             deadline = time.time() + 30
+            seen, stable_since = -1, time.time()
             while time.time() < deadline:
-                # finished journal entries only: a hidden ".<name>.tmp" is still being written
                 entries = [
                     json.loads(Path(journal_dir, n).read_text())
                     for n in os.listdir(journal_dir)
                     if n.endswith(".json") and not n.startswith(".")
                 ]
-                if any(e["shard_id"] == "00000" and e["data_files"] for e in entries):
+                count = sum(len(e["data_files"]) for e in entries if e["shard_id"] == "00000")
+                if count != seen:
+                    seen, stable_since = count, time.time()
+                elif count > 0 and time.time() - stable_since >= 0.5:
                     break
                 time.sleep(0.01)
             os._exit(3)
