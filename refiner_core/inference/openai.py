@@ -21,8 +21,20 @@ def _openai_base(base_url: str | None) -> str:
     return base.rstrip("/")
 
 
+class _OpenAIProvider(Provider):
+    """What both OpenAI wire formats share: the base URL rule and bearer-token auth."""
+
+    path: ClassVar[str]
+
+    def endpoint(self) -> str:
+        return f"{_openai_base(self.base_url)}/{self.path}"
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"}
+
+
 @dataclass(frozen=True)
-class OpenAIResponsesProvider(Provider):
+class OpenAIResponsesProvider(_OpenAIProvider):
     """OpenAI's Responses API: ``POST {base_url}/responses``.
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` or ``https://api.openai.com/v1``
@@ -44,12 +56,7 @@ class OpenAIResponsesProvider(Provider):
     api_key_env: str = "OPENAI_API_KEY"
 
     reserved_params: ClassVar[frozenset[str]] = frozenset({"model", "input"})
-
-    def endpoint(self) -> str:
-        return f"{_openai_base(self.base_url)}/responses"
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"}
+    path: ClassVar[str] = "responses"
 
     def build_body(
         self,
@@ -107,7 +114,7 @@ class OpenAIResponsesProvider(Provider):
 
 
 @dataclass(frozen=True)
-class OpenAIChatCompletionsProvider(Provider):
+class OpenAIChatCompletionsProvider(_OpenAIProvider):
     """An OpenAI-compatible chat completions API: ``POST {base_url}/chat/completions``.
 
     For vLLM, llama.cpp, Ollama, SGLang and other OpenAI-compatible servers, and for
@@ -132,12 +139,7 @@ class OpenAIChatCompletionsProvider(Provider):
 
     api_key_required: ClassVar[bool] = False
     reserved_params: ClassVar[frozenset[str]] = frozenset({"model", "messages"})
-
-    def endpoint(self) -> str:
-        return f"{_openai_base(self.base_url)}/chat/completions"
-
-    def auth_headers(self, api_key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {api_key}"}
+    path: ClassVar[str] = "chat/completions"
 
     def build_body(
         self,

@@ -176,24 +176,18 @@ class DataFolder:
     def find(self, relative: str = "") -> list[str]:
         """Paths (relative to this folder) of every file below ``relative``."""
         base = self.join(relative) if relative else self.path
-        if not self.fs.exists(base):
-            return []
         prefix = self.path.rstrip("/") + "/"
-        found = []
-        for p in self.fs.find(base):
-            p = p if is_local(self.fs) else p
-            found.append(p[len(prefix) :] if p.startswith(prefix) else p)
-        return sorted(found)
+        try:
+            found = self.fs.find(base)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
 
     def listdir(self, relative: str) -> list[str]:
         """Names of the entries directly in ``relative`` (one listing; empty if it is absent)."""
         base = self.join(relative)
         try:
-            entries = (
-                self.fs.ls(base, detail=False, refresh=True)
-                if not is_local(self.fs)
-                else self.fs.ls(base, detail=False)
-            )
+            entries = self.fs.ls(base, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         return sorted(

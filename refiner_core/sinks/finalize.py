@@ -10,7 +10,6 @@ from typing import Any
 
 from ..execution.attempts import (
     ATTEMPT_ID_PATTERN,
-    LAYOUT_PATH,
     SHARD_ID_PATTERN,
     SUMMARY_PATH,
     add_counters,
@@ -106,11 +105,6 @@ class FinalizeStage:
             "finalized_at": time.time(),
             "elapsed_s": round(time.time() - started, 3),
         }
-        layout = {
-            "format": self.sink.format,
-            "asset_subdirs": [summary["asset_subdir"]] if self.sink.assets else [],
-        }
-        folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
         folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
         return summary
 

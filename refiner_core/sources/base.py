@@ -56,6 +56,13 @@ def check_num_shards(num_shards: int | None) -> None:
         raise ValueError(f"num_shards={num_shards} is over the limit of {MAX_SHARDS} shards")
 
 
+def check_columns(columns: Any) -> None:
+    if columns is not None and (
+        isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns must be a list of column names, got {columns!r}")
+
+
 def check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")

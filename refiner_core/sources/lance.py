@@ -14,6 +14,7 @@ from .arrow_cast import apply_fields, schema_with_fields
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
+    check_columns,
     check_num_shards,
     check_positive,
     make_shards,
@@ -93,10 +94,7 @@ class LanceSource:
         check_positive("target_shard_bytes", target_shard_bytes)
         if version is not None:
             check_positive("version", version)
-        if columns is not None and (
-            isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
-        ):
-            raise TypeError(f"columns must be a list of column names, got {columns!r}")
+        check_columns(columns)
         self.url = dataset_url(uri, storage_options)
         self.fields = fields_from_dtypes(dtypes)
         self.columns = list(columns) if columns is not None else None

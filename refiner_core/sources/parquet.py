@@ -15,6 +15,7 @@ from .arrow_cast import apply_fields, schema_with_fields
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
+    check_columns,
     check_num_shards,
     check_positive,
     make_shards,
@@ -39,10 +40,7 @@ class ParquetSource:
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
-        if columns is not None and (
-            isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
-        ):
-            raise TypeError(f"columns must be a list of column names, got {columns!r}")
+        check_columns(columns)
         self.inputs = inputs
         self.fields = fields_from_dtypes(dtypes)
         self.columns = list(columns) if columns is not None else None

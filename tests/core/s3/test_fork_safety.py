@@ -7,6 +7,7 @@ import multiprocessing
 import threading
 import time
 
+import fsspec.asyn
 import s3fs
 
 import refiner_core as mdr
@@ -66,6 +67,11 @@ def test_launch_local_leaves_the_parent_loop_working(tmp_path, s3_bucket, s3_sto
     ).write_parquet(
         f"s3://{s3_bucket}/data", assets=mdr.BlobAssetConfig(), storage_options=s3_storage_options
     ).launch_local(num_workers=2)
+    # what the fork hook keeps referenced for the children: fsspec's loop and the
+    # cached filesystems (without it, a child's cleanup can unregister the parent's
+    # descriptors from the epoll instance they share)
+    assert fsspec.asyn.loop[0] is not None
+    assert any(o is fsspec.asyn.loop[0] for o in _KEPT_ACROSS_FORK)
     assert any(isinstance(o, s3fs.S3FileSystem) for o in _KEPT_ACROSS_FORK)
     took = _parent_call_finishes(folder, timeout=10)
     assert took is not None and took < 2, f"S3 call in the parent took {took}"
