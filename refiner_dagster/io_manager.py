@@ -33,8 +33,14 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
-from refiner_core.execution.attempts import COUNTER_KEYS, read_manifests
-from refiner_core.sinks.finalize import choose_committed
+from refiner_core.execution.attempts import (
+    COUNTER_KEYS,
+    choose_committed,
+    read_manifests,
+)
+from refiner_core.execution.attempts import (
+    committed_counters as sum_counters,
+)
 
 from .finalization import finalize_version
 from .metadata import counters_metadata, summary_metadata
@@ -49,11 +55,7 @@ def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str,
     """Counters summed over the committed attempt of each shard, from persisted manifests."""
     manifests = read_manifests(version.output_folder())
     committed = choose_committed(manifests, engine_run_id)
-    totals = dict.fromkeys(COUNTER_KEYS, 0)
-    for manifest in committed.values():
-        for key, value in manifest.get("counters", {}).items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                totals[key] = totals.get(key, 0) + value
+    totals = sum_counters(committed.values())
     totals["shards"] = len(committed)
     return totals
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 MANIFEST_DIR = "_refiner/attempts"
@@ -105,3 +106,20 @@ def read_manifests(folder: Any) -> list[dict[str, Any]]:
                 "delete it to treat that attempt as failed"
             ) from exc
     return manifests
+
+
+def choose_committed(manifests: list[dict[str, Any]], run_id: str) -> dict[str, dict[str, Any]]:
+    """Per shard of ``run_id``, the attempt that completed first (ties: smallest attempt id)."""
+    committed: dict[str, dict[str, Any]] = {}
+    for m in sorted(manifests, key=lambda m: (m["completed_at"], m["attempt_id"])):
+        if m["run_id"] == run_id and m["shard_id"] not in committed:
+            committed[m["shard_id"]] = m
+    return committed
+
+
+def committed_counters(committed: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Every counter summed over the given (committed) attempt manifests."""
+    totals = empty_counters()
+    for manifest in committed:
+        add_counters(totals, manifest.get("counters", {}))
+    return totals

@@ -12,8 +12,8 @@ from ..execution.attempts import (
     ATTEMPT_ID_PATTERN,
     SHARD_ID_PATTERN,
     SUMMARY_PATH,
-    add_counters,
-    empty_counters,
+    choose_committed,
+    committed_counters,
     manifest_path,
     read_manifests,
 )
@@ -30,15 +30,6 @@ def _completed_name(relative: str) -> str | None:
     if match is None:
         return None
     return posixpath.join(directory, match["name"]) if directory else match["name"]
-
-
-def choose_committed(manifests: list[dict[str, Any]], run_id: str) -> dict[str, dict[str, Any]]:
-    """Per shard of ``run_id``, the attempt that completed first (ties: smallest attempt id)."""
-    committed: dict[str, dict[str, Any]] = {}
-    for m in sorted(manifests, key=lambda m: (m["completed_at"], m["attempt_id"])):
-        if m["run_id"] == run_id and m["shard_id"] not in committed:
-            committed[m["shard_id"]] = m
-    return committed
 
 
 class FinalizeStage:
@@ -85,9 +76,7 @@ class FinalizeStage:
             folder.rm(manifest_path(*key))
         files_removed += self._remove_orphans(keep, rejected)
 
-        totals = empty_counters()
-        for m in committed.values():
-            add_counters(totals, m.get("counters", {}))
+        totals = committed_counters(committed.values())
         summary: dict[str, Any] = {
             "output": folder.url,
             "format": self.sink.format,
