@@ -6,17 +6,19 @@ semaphore, the auth headers) is created lazily on the first request in each runn
 loop and keyed by that loop, so a :class:`Transport` pickles to worker processes
 before and after use and a forked child never reuses its parent's sockets.
 
-The client's connections are spread over several small httpcore pools rather than one
-big one: httpcore scans its whole pool for every request, so one pool of 64
-connections spends most of its time in that scan at high request rates.
+Each attempt is an ``httpx.Request`` sent through an httpx transport and answered
+with an ``httpx.Response``: :class:`~.http1.Http1Transport`, a lean HTTP/1.1
+connection pool, or httpx's own transport when the environment configures a proxy
+for the endpoint. ``httpx.AsyncClient`` is not in the path: its per-request URL
+merging, cookie jar and redirect handling cost more CPU than the whole exchange, and
+these calls need none of them (fixed URL, no cookies, no redirects).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-import math
-import os
 import threading
 import urllib.parse
 import urllib.request
@@ -36,13 +38,14 @@ from .errors import (
     hint_for,
     scrub,
 )
+from .http1 import Answer, Http1Transport
+from .process import current_pid
 from .providers import Provider
 from .retry import RetryPolicy, is_retryable_status, parse_retry_after, retrying
 from .usage import UsageCounter
 
 logger = logging.getLogger("refiner_core.inference")
 
-CONNECTIONS_PER_POOL = 4
 CONNECT_TIMEOUT = 10.0
 _RETRYABLE_TRANSPORT_ERRORS = (
     httpx.TimeoutException,
@@ -54,9 +57,13 @@ _RETRYABLE_TRANSPORT_ERRORS = (
 @dataclass
 class _LoopState:
     loop: asyncio.AbstractEventLoop
-    client: httpx.AsyncClient
+    http: httpx.AsyncBaseTransport
     semaphore: asyncio.Semaphore
     url: str
+    request_url: httpx.URL
+    headers: httpx.Headers
+    raw_headers: list[tuple[bytes, bytes]]
+    timeouts: dict[str, float]
 
 
 class Transport:
@@ -86,7 +93,7 @@ class Transport:
     def _init_runtime(self) -> None:
         self._states: dict[int, _LoopState] = {}
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._pid = current_pid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -101,11 +108,11 @@ class Transport:
     def _state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
         state = self._states.get(id(loop))
-        if state is not None and state.loop is loop and self._pid == os.getpid():
+        if state is not None and state.loop is loop and self._pid == current_pid():
             return state
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
-                self._states, self._pid = {}, os.getpid()
+            if self._pid != current_pid():  # forked: the parent's sockets are not ours
+                self._states, self._pid = {}, current_pid()
             for key, old in list(self._states.items()):
                 if old.loop.is_closed() or old.loop is loop:
                     del self._states[key]
@@ -120,55 +127,101 @@ class Transport:
                 f"{self.provider!r}: endpoint {url!r} is not an http(s) URL; set base_url "
                 "to something like 'http://localhost:8000/v1'"
             )
-        headers = self.provider.headers()
-        pools = _ShardedTransport(
-            self.max_concurrent_requests,
-            ssl_context=httpx.create_ssl_context(),
-            proxy=_environment_proxy(url),
+        headers = httpx.Headers(
+            {
+                "accept": "application/json",
+                "accept-encoding": "gzip, deflate",
+                "user-agent": f"refiner python-httpx/{httpx.__version__}",
+                **self.provider.headers(),
+            }
         )
-        client = httpx.AsyncClient(
-            transport=pools,
+        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, CONNECT_TIMEOUT))
+        request_url = httpx.URL(url)
+        return _LoopState(
+            loop=loop,
+            http=self._http_transport(url),
+            semaphore=asyncio.Semaphore(self.max_concurrent_requests),
+            url=url,
+            request_url=request_url,
             headers=headers,
-            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, CONNECT_TIMEOUT)),
-            follow_redirects=False,
+            raw_headers=[(b"host", request_url.netloc), *headers.raw],
+            timeouts=timeout.as_dict(),
         )
-        return _LoopState(loop, client, asyncio.Semaphore(self.max_concurrent_requests), url)
+
+    def _http_transport(self, url: str) -> httpx.AsyncBaseTransport:
+        proxy = _environment_proxy(url)
+        if proxy is None:
+            return Http1Transport(max_idle_per_origin=self.max_concurrent_requests)
+        size = self.max_concurrent_requests
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        return httpx.AsyncHTTPTransport(proxy=proxy, limits=limits)
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` and return the decoded JSON object, retrying as the policy says."""
         state = self._state()
-        attempts = 0
+        content = _encode_json(self.provider, body)
+        # The first attempt runs bare: a tenacity controller costs about a tenth of a
+        # request's CPU, and most requests succeed at once.
+        try:
+            return await self._attempt(state, content)
+        except InferenceError as error:
+            if not error.retryable or self.retry.max_attempts == 1:
+                error.note_attempts(1)
+                raise
+            first_failure = error
+        attempts = 1
         try:
             async for attempt in retrying(self.retry, self._on_retry(state)):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    return await self._attempt(state, body)
+                    if attempts == 1:
+                        raise first_failure  # replayed, so tenacity counts and waits
+                    return await self._attempt(state, content)
         except InferenceError as error:
             error.note_attempts(attempts)
             raise
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
-    async def _attempt(self, state: _LoopState, body: dict[str, Any]) -> dict[str, Any]:
+    async def _attempt(self, state: _LoopState, content: bytes) -> dict[str, Any]:
         failure: InferenceError | None = None
         async with state.semaphore:
             try:
-                response = await state.client.post(state.url, json=body)
+                answer = await self._send(state, content)
             except httpx.HTTPError as exc:
                 failure = self._connection_error(state, exc)
         # Raised outside the except block so the httpx error (which holds the request
         # and its auth headers) is not chained to ours.
         if failure is not None:
             raise failure
-        status = response.status_code
+        status = answer.status
         if 200 <= status < 300:
             try:
-                data = response.json()
+                data = json.loads(answer.content)
             except ValueError:
                 data = None
             if isinstance(data, dict):
                 return data
-            raise self._malformed(state, response)
-        raise self._http_error(state, response)
+            raise self._malformed(state, answer)
+        raise self._http_error(state, answer)
+
+    async def _send(self, state: _LoopState, content: bytes) -> Answer:
+        http = state.http
+        if isinstance(http, Http1Transport):
+            headers = [*state.raw_headers, (b"content-length", b"%d" % len(content))]
+            return await http.exchange("POST", state.request_url, headers, content, state.timeouts)
+        request = httpx.Request(
+            "POST",
+            state.request_url,
+            headers=state.headers,
+            content=content,
+            extensions={"timeout": state.timeouts},
+        )
+        response = await http.handle_async_request(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return Answer(response.status_code, response.headers.raw, response.content, "", False)
 
     def _describe(self, state: _LoopState) -> str:
         return f"{self.provider!r}: POST {state.url}"
@@ -192,9 +245,9 @@ class Transport:
         error.retryable = retryable
         return error
 
-    def _http_error(self, state: _LoopState, response: httpx.Response) -> ProviderHTTPError:
+    def _http_error(self, state: _LoopState, response: Answer) -> ProviderHTTPError:
         secrets = self.provider.secrets()
-        status = response.status_code
+        status = response.status
         retryable = is_retryable_status(status)
         body = body_excerpt(response.content, secrets)
         note = "" if retryable else " (not retried)"
@@ -208,12 +261,12 @@ class Transport:
             retryable=retryable,
         )
 
-    def _malformed(self, state: _LoopState, response: httpx.Response) -> ProviderResponseError:
+    def _malformed(self, state: _LoopState, response: Answer) -> ProviderResponseError:
         secrets = self.provider.secrets()
         body = body_excerpt(response.content, secrets)
         kind = response.headers.get("content-type", "no content-type")
         message = (
-            f"{self._describe(state)} returned HTTP {response.status_code} with a body that "
+            f"{self._describe(state)} returned HTTP {response.status} with a body that "
             f"is not a JSON object ({kind}): {body!r}. Fix: check that base_url points at "
             "the provider's API and not at a proxy or web page"
         )
@@ -248,63 +301,19 @@ class Transport:
                 if old.loop.is_closed():
                     del self._states[key]
         if state is not None and state.loop is loop:
-            await state.client.aclose()
+            await state.http.aclose()
 
 
-class _ShardedTransport(httpx.AsyncBaseTransport):
-    """Several small httpcore pools behind one httpx transport; each request goes to
-    the pool with the most free connections."""
-
-    def __init__(self, max_connections: int, *, ssl_context: Any, proxy: str | None) -> None:
-        count = max(1, math.ceil(max_connections / CONNECTIONS_PER_POOL))
-        sizes = [max_connections // count + (i < max_connections % count) for i in range(count)]
-        self._pools = [
-            httpx.AsyncHTTPTransport(
-                verify=ssl_context,
-                proxy=proxy,
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-            )
-            for size in sizes
-        ]
-        self._free = sizes
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        free = self._free
-        index = max(range(len(free)), key=free.__getitem__)
-        free[index] -= 1
-        try:
-            response = await self._pools[index].handle_async_request(request)
-        except BaseException:
-            free[index] += 1
-            raise
-        response.stream = _ReleasingStream(response.stream, lambda: _release(free, index))
-        return response
-
-    async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
-
-
-def _release(free: list[int], index: int) -> None:
-    free[index] += 1
-
-
-class _ReleasingStream(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, release: Callable[[], None]) -> None:
-        self._inner = inner
-        self._release: Callable[[], None] | None = release
-
-    async def __aiter__(self):  # type: ignore[override]
-        async for chunk in self._inner:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            if self._release is not None:
-                self._release()
-                self._release = None
+def _encode_json(provider: Provider, body: dict[str, Any]) -> bytes:
+    try:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{provider!r}: the request body cannot be sent as JSON ({exc}); pass only "
+            "str, int, float (not NaN or infinity), bool, None, list and dict values in "
+            "messages and generation params"
+        ) from None
+    return text.encode("utf-8")
 
 
 def _environment_proxy(url: str) -> str | None:

@@ -8,9 +8,10 @@ a forked or unpickled copy starts from zero.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
+
+from .process import current_pid
 
 USAGE_FIELDS = ("requests_ok", "requests_failed", "retries", "input_tokens", "output_tokens")
 _KNOWN = frozenset(USAGE_FIELDS)
@@ -36,12 +37,12 @@ class UsageCounter:
     def __init__(self, parent: UsageCounter | None = None) -> None:
         self._parent = parent
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._pid = current_pid()
         self._counts = dict.fromkeys(USAGE_FIELDS, 0)
 
     def _own_process(self) -> None:
         # Counts inherited through fork belong to the parent process.
-        pid = os.getpid()
+        pid = current_pid()
         if pid != self._pid:
             self._pid = pid
             self._counts = dict.fromkeys(USAGE_FIELDS, 0)
