@@ -12,7 +12,7 @@ from .base import AssetWriterBase
 from .blocks import BlockWriter
 from .coalesce import plan_coalescing
 from .columns import AssetColumn, asset_columns
-from .fetch import MissingAsset, is_remote, open_source, source_size
+from .fetch import MissingAsset, Source, is_remote, open_source, source_size
 
 DEFER_MAX_ROWS = 262_144
 
@@ -87,6 +87,7 @@ class BlobAssetWriter(AssetWriterBase):
                 plan_coalescing, values, lambda p: source_size(p, self.filesystems)
             )
         copied: dict[str, tuple[str, int]] = {}
+        copies: list[asyncio.Future] = []  # server-side whole-blob copies, run concurrently
         form = column.info.form
         prefetch: collections.deque = collections.deque()
         jobs = iter(self.jobs(column, values, dropped))
@@ -122,14 +123,20 @@ class BlobAssetWriter(AssetWriterBase):
                     path, offset, size = value["path"], value["offset"], value["size"]
                     if path not in copied:
                         fs, fs_path = self.filesystems.resolve(path)
-                        try:
-                            copied[path] = await self.in_thread(
-                                block.copy_whole, fs, fs_path, path, whole[path]
-                            )
-                        except Exception as exc:
-                            raise self.fail(
-                                column, first_row + row, element, value, exc, shard_id
-                            ) from exc
+                        relative = block.whole_copy_destination(fs, whole[path])
+                        if relative is not None:
+                            copied[path] = (self.folder.url_of(relative), 0)
+                            copy = self.in_thread(block.copy_into, fs, fs_path, relative)
+                            where = (column, first_row + row, element, value, shard_id)
+                            copies.append(asyncio.ensure_future(self._whole(copy, where)))
+                        else:
+                            source = Source(size=whole[path], fs=fs, path=fs_path, url=path)
+                            try:
+                                copied[path] = await self.in_thread(block.append, source)
+                            except Exception as exc:
+                                raise self.fail(
+                                    column, first_row + row, element, value, exc, shard_id
+                                ) from exc
                         self.counters["blobs_coalesced"] += 1
                         self.counters["bytes_coalesced"] += whole[path]
                         self.counters["asset_bytes"] += whole[path]
@@ -183,7 +190,20 @@ class BlobAssetWriter(AssetWriterBase):
             for item in prefetch:
                 if asyncio.isfuture(item[3]):
                     item[3].cancel()
+            # Every started copy settles before the rows are written or the attempt is
+            # aborted, so no block lands after its attempt's cleanup.
+            outcomes = await asyncio.gather(*copies, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return results
+
+    async def _whole(self, copy: Any, where: tuple) -> None:
+        column, row, element, value, shard_id = where
+        try:
+            await copy
+        except Exception as exc:
+            raise self.fail(column, row, element, value, exc, shard_id) from exc
 
     async def close(self) -> dict[str, Any]:
         for block in self.blocks.values():

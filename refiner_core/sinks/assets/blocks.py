@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from typing import Any
 
@@ -74,24 +75,27 @@ class BlockWriter:
         self._offset += written
         return self._url, start
 
-    def copy_whole(self, fs: Any, path: str, url: str, size: int) -> tuple[str, int]:
-        """Copy a whole source blob once: server-side into its own block when large, else streamed."""
+    def whole_copy_destination(self, fs: Any, size: int) -> str | None:
+        """Where a whole source blob of ``size`` bytes on ``fs`` is copied server-side,
+        as a block of its own (its name taken now, in row order); ``None`` when it is
+        small, or not on this output's filesystem, and should be appended instead."""
         fits = self._stack is not None and self._offset > 0 and self._offset + size <= self.target
         same_fs = fs is self.folder.fs or (is_local(fs) and is_local(self.folder.fs))
-        if not fits and same_fs and size >= min(self.target, WHOLE_COPY_MIN_BYTES):
-            relative = self._next_relative()
-            destination = self.folder.join(relative)
-            if is_local(fs):
-                import os
+        if fits or not same_fs or size < min(self.target, WHOLE_COPY_MIN_BYTES):
+            return None
+        self.counters["blocks_written"] += 1
+        self.counters["block_bytes"] += size
+        return self._next_relative()
 
-                os.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
-                shutil.copyfile(path, destination)
-            else:
-                fs.copy(path, destination)
-            self.counters["blocks_written"] += 1
-            self.counters["block_bytes"] += size
-            return self.folder.url_of(relative), 0
-        return self.append(Source(size=size, fs=fs, path=path, url=url))
+    def copy_into(self, fs: Any, path: str, relative: str) -> None:
+        """Copy the source ``path`` to the block ``relative`` (from
+        :meth:`whole_copy_destination`); safe to run for several blocks at once."""
+        destination = self.folder.join(relative)
+        if is_local(fs):
+            os.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
+            shutil.copyfile(path, destination)
+        else:
+            fs.copy(path, destination)
 
     def close(self) -> None:
         self._close_current()

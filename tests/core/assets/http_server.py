@@ -76,31 +76,35 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
     def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        if self.command != "HEAD" and self.path.lstrip("/") in self.server.state.truncated:
+            sent = body[: len(body) // 2]
+            self.close_connection = True
+        else:
+            sent = body
+        # Recorded before the answer leaves, so a client that has its answer always
+        # finds its request in the record.
+        self._record(status, 0 if self.command == "HEAD" else len(sent))
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
-            if self.path.lstrip("/") in self.server.state.truncated:
-                body = body[: len(body) // 2]
-                self.close_connection = True
-            self.wfile.write(body)
-        self._record(status, 0 if self.command == "HEAD" else len(body))
+            self.wfile.write(sent)
 
     def do_HEAD(self):
         path = self._file()
         if path is None:
+            self._record(404, 0)
             self.send_response(404)
             self.send_header("Content-Length", "0")
             self.end_headers()
-            self._record(404, 0)
             return
+        self._record(200, 0)
         self.send_response(200)
         self.send_header("Content-Length", str(path.stat().st_size))
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
-        self._record(200, 0)
 
     def do_GET(self):
         state = self.server.state

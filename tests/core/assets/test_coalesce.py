@@ -306,6 +306,33 @@ def test_large_blob_is_copied_whole_into_its_own_block(tmp_path, monkeypatch):
     _check_rows(out, [big, *small])
 
 
+def test_a_failed_whole_copy_fails_naming_the_row_and_leaves_no_block(tmp_path, monkeypatch):
+    contents = {f"b{i}.bin": os.urandom(5000 + i) for i in range(6)}
+    paths = write_files(tmp_path / "src", contents)
+    source = tmp_path / "packed"
+    config = mdr.BlobAssetConfig(target_bytes=4096)  # every asset gets a block of its own
+    launch(
+        mdr.from_items(
+            [{"i": i, "video": paths[f"b{i}.bin"]} for i in range(6)],
+            dtypes={"video": dt.video_path()},
+        ).write_parquet(str(source), assets=config)
+    )
+    source_blocks = blocks(source)
+    assert len(source_blocks) == 6
+    original = shutil.copyfile
+
+    def failing_copyfile(src, dst, *args, **kwargs):
+        if src == str(source_blocks[3]):
+            raise OSError(f"disk full while copying {src}")
+        return original(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", failing_copyfile)  # the forked worker inherits it
+    out = tmp_path / "repacked"
+    with pytest.raises(mdr.StageFailed, match=r"(?s)row 3.*disk full"):
+        _repack(source, out, config)
+    assert not list(out.rglob("block-*.bin"))
+
+
 def test_list_columns_of_references_are_copied_by_range(tmp_path, blob):
     """Coalescing looks at scalar reference columns only; lists keep per-range copies."""
     rows = [

@@ -163,3 +163,35 @@ def test_missing_s3_object_is_a_missing_asset(
         if k.startswith("err/") and not k.startswith("err/_refiner/")
     ]
     assert s3_server.open_uploads(s3_bucket) == []
+
+
+def test_coalesced_repack_on_s3_copies_whole_blocks_server_side_and_concurrently(
+    tmp_path, s3_server, s3_bucket, s3_proxy
+):
+    """Every source block is fully referenced and at least the target size, so the
+    re-pack copies each one server-side (CopyObject), several at once."""
+    files = _media(tmp_path, 12, size=12_000)  # each asset larger than the target
+    options = s3_proxy.storage_options()
+    config = mdr.BlobAssetConfig(target_bytes=10_000, max_in_flight=4)
+    mdr.from_items(
+        [{"i": i, "video": p} for i, (p, _) in enumerate(files)],
+        dtypes={"video": mdr.datatype.video_path()},
+    ).write_parquet(
+        f"s3://{s3_bucket}/packed", assets=config, storage_options=options
+    ).launch_local()
+    s3_proxy.clear()
+    summary = (
+        mdr.read_parquet(f"s3://{s3_bucket}/packed", storage_options=options)
+        .write_parquet(f"s3://{s3_bucket}/repacked", assets=config, storage_options=options)
+        .launch_local()
+        .summary
+    )
+    assert summary["blobs_coalesced"] == 12
+    assert summary["ranges_copied"] == 0
+    copies = [r for r in s3_proxy.records("CopyObject") if "/repacked/assets/" in r.path]
+    assert len(copies) == 12
+    assert 2 <= max_in_flight(copies, "CopyObject") <= 4
+    rows = mdr.read_parquet(f"s3://{s3_bucket}/repacked", storage_options=options).materialize()
+    assert sorted((r.i, mdr.read_blob(r.video, storage_options=options)) for r in rows) == [
+        (i, data) for i, (_, data) in enumerate(files)
+    ]
