@@ -6,10 +6,10 @@ semaphore, the auth headers) is created lazily on the first request in each runn
 loop and keyed by that loop, so a :class:`Transport` pickles to worker processes
 before and after use and a forked child never reuses its parent's sockets.
 
-Attempts go through an httpx transport, one per event loop: :class:`~.http1.Http1Transport`
-(a lean HTTP/1.1 connection pool, called through its ``exchange`` method) or, when
-the environment configures a proxy for the endpoint, httpx's own transport with
-``httpx.Request``/``httpx.Response``. Failures are httpx's exception types either
+Attempts go through an httpx transport, one per event loop:
+:class:`~.http1.Http1Transport` (a lean HTTP/1.1 connection pool, called through its
+``exchange`` method) or, when the environment configures a proxy for the endpoint,
+httpx's own transport with ``httpx.Request``/``httpx.Response``. Failures are httpx's exception types either
 way. ``httpx.AsyncClient`` is not in the path: its per-request URL merging, cookie
 jar and redirect handling cost more CPU than the whole exchange, and these calls need
 none of them (one fixed URL, no cookies, no redirects).
