@@ -11,16 +11,6 @@ is the same exchange without httpx's request and response objects, for callers t
 send thousands of small requests a second. Errors are httpx's exception types either
 way.
 
-    >>> import asyncio, httpx
-    >>> async def main():
-    ...     async with httpx.AsyncClient(transport=Http1Transport()) as client:
-    ...         try:
-    ...             await client.post("http://127.0.0.1:9/v1/responses", json={})
-    ...         except httpx.ConnectError as error:
-    ...             return "cannot connect" in str(error)
-    >>> asyncio.run(main())
-    True
-
 Limits: no proxies (the caller uses httpx's transport when one is configured), no
 HTTP/2, no ``HEAD`` or ``CONNECT``, and response bodies are read whole.
 """
@@ -46,6 +36,16 @@ class Http1Transport(httpx.AsyncBaseTransport):
 
     ``ssl_context`` verifies https origins (httpx's default context when omitted);
     ``max_idle_per_origin`` bounds the connections kept open between requests.
+
+    >>> import asyncio, httpx
+    >>> async def main():
+    ...     async with httpx.AsyncClient(transport=Http1Transport()) as client:
+    ...         try:
+    ...             await client.post("http://127.0.0.1:9/v1/responses", json={})
+    ...         except httpx.ConnectError as error:
+    ...             return "cannot connect" in str(error)
+    >>> asyncio.run(main())
+    True
     """
 
     def __init__(
@@ -211,7 +211,12 @@ class Http1Transport(httpx.AsyncBaseTransport):
 
 class Answer:
     """A complete HTTP answer: ``status``, ``raw_headers`` as sent, the body as
-    ``content`` and its ``encoding`` (the Content-Encoding, lowercased, or ``""``)."""
+    ``content`` and its ``encoding`` (the Content-Encoding, lowercased, or ``""``).
+
+    >>> answer = Answer(200, [(b"Content-Type", b"application/json")], b"{}", "", True)
+    >>> answer.headers["content-type"]
+    'application/json'
+    """
 
     __slots__ = ("status", "raw_headers", "content", "encoding", "keep_alive")
 
