@@ -30,8 +30,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import os
-import pickle
 import shutil
 import statistics
 import sys
@@ -47,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import refiner_core as mdr  # noqa: E402
-from refiner_core.sinks.lance.isolation import call_isolated, child_result  # noqa: E402
+from refiner_core.sinks.lance.isolation import call_forked, call_isolated  # noqa: E402
 from refiner_core.sources.base import Shard, make_shards  # noqa: E402
 
 
@@ -113,20 +111,7 @@ def warm_baseline(table: pa.Table | None, parquet: str | None, uri: str) -> floa
 
 
 def fresh_baseline(table: pa.Table | None, parquet: str | None, uri: str) -> float:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # a child forked for this one call
-        os.close(read_fd)
-        child_result(_baseline, (table, parquet, uri), write_fd)
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    status, value = pickle.loads(data)
-    if status != "ok":
-        raise value
-    return value
+    return call_forked(_baseline, table, parquet, uri)
 
 
 def refiner(pipeline: mdr.Pipeline, uri: str, workers: int) -> float:

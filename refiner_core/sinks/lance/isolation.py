@@ -158,6 +158,19 @@ def _call_forked(fn: Callable[..., Any], args: tuple) -> bytes | None:
     return data or None
 
 
+def call_forked(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a child forked for this one call: its result, or its exception
+    raised here. The child starts from this process's state, and nothing it does
+    (using Lance included) comes back to this process."""
+    data = _call_forked(fn, args)
+    if data is None:
+        raise RuntimeError(f"the child process running {fn!r} died without an answer")
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise value
+    return value
+
+
 def call_isolated(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in the helper process when :func:`isolating`, else right here.
 

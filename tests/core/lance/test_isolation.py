@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from refiner_core.sinks.lance.isolation import call_isolated, isolating, iter_isolated
+from refiner_core.sinks.lance.isolation import (
+    call_forked,
+    call_isolated,
+    isolating,
+    iter_isolated,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,6 +40,14 @@ def test_call_and_iter_isolated() -> None:
     stream = iter_isolated(_tables, 1000)
     assert next(stream).num_rows == 1
     stream.close()  # stops the child early
+
+
+def test_call_forked_runs_in_a_child_of_its_own() -> None:
+    parent = os.getpid()
+    assert call_forked(lambda: os.getpid()) != parent
+    assert call_forked(lambda: os.getppid()) == parent
+    with pytest.raises(KeyError, match="from the child"):
+        call_forked(_fail)
 
 
 def test_launching_process_never_starts_lance(tmp_path: Path) -> None:
