@@ -60,10 +60,8 @@ class _LoopState:
     loop: asyncio.AbstractEventLoop
     http: httpx.AsyncBaseTransport
     semaphore: asyncio.Semaphore
-    url: str
-    request_url: httpx.URL
-    headers: httpx.Headers
-    raw_headers: list[tuple[bytes, bytes]]
+    url: httpx.URL
+    headers: list[tuple[bytes, bytes]]  # every header but Content-Length, Host first
     timeouts: dict[str, float]
 
 
@@ -142,10 +140,8 @@ class Transport:
             loop=loop,
             http=self._http_transport(url),
             semaphore=asyncio.Semaphore(self.max_concurrent_requests),
-            url=url,
-            request_url=request_url,
-            headers=headers,
-            raw_headers=[(b"host", request_url.netloc), *headers.raw],
+            url=request_url,
+            headers=[(b"host", request_url.netloc), *headers.raw],
             timeouts=timeout.as_dict(),
         )
 
@@ -208,11 +204,11 @@ class Transport:
     async def _send(self, state: _LoopState, content: bytes) -> Answer:
         http = state.http
         if isinstance(http, Http1Transport):
-            headers = [*state.raw_headers, (b"content-length", b"%d" % len(content))]
-            return await http.exchange("POST", state.request_url, headers, content, state.timeouts)
+            headers = [*state.headers, (b"content-length", b"%d" % len(content))]
+            return await http.exchange("POST", state.url, headers, content, state.timeouts)
         request = httpx.Request(
             "POST",
-            state.request_url,
+            state.url,
             headers=state.headers,
             content=content,
             extensions={"timeout": state.timeouts},
