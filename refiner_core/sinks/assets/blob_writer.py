@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from typing import Any
 
 import pyarrow as pa
@@ -120,37 +121,23 @@ class BlobAssetWriter(AssetWriterBase):
             while prefetch:
                 row, element, value, pending = prefetch.popleft()
                 if pending is None:
-                    path, offset, size = value["path"], value["offset"], value["size"]
+                    path = value["path"]
                     if path not in copied:
-                        fs, fs_path = self.filesystems.resolve(path)
-                        relative = block.whole_copy_destination(fs, whole[path])
-                        if relative is not None:
-                            copied[path] = (self.folder.url_of(relative), 0)
-                            copy = self.in_thread(block.copy_into, fs, fs_path, relative)
-                            where = (column, first_row + row, element, value, shard_id)
-                            copies.append(asyncio.ensure_future(self._whole(copy, where)))
-                        else:
-                            source = Source(size=whole[path], fs=fs, path=fs_path, url=path)
-                            try:
-                                copied[path] = await self.in_thread(block.append, source)
-                            except Exception as exc:
-                                raise self.fail(
-                                    column, first_row + row, element, value, exc, shard_id
-                                ) from exc
-                        self.counters["blobs_coalesced"] += 1
-                        self.counters["bytes_coalesced"] += whole[path]
-                        self.counters["asset_bytes"] += whole[path]
+                        fail = functools.partial(
+                            self.fail, column, first_row + row, element, value, shard_id=shard_id
+                        )
+                        copied[path] = await self._copy_whole(
+                            block, path, whole[path], copies, fail
+                        )
                     url, start = copied[path]
                     self.counters["references_coalesced"] += 1
                     self.counters["assets_written"] += 1
-                    self.place(
-                        results,
-                        column,
-                        values,
-                        row,
-                        element,
-                        {"path": url, "offset": start + offset, "size": size},
-                    )
+                    reference = {
+                        "path": url,
+                        "offset": start + value["offset"],
+                        "size": value["size"],
+                    }
+                    self.place(results, column, values, row, element, reference)
                 else:
                     source, error = await pending if asyncio.isfuture(pending) else pending
                     if error is not None:
@@ -198,12 +185,37 @@ class BlobAssetWriter(AssetWriterBase):
                 raise outcome
         return results
 
-    async def _whole(self, copy: Any, where: tuple) -> None:
-        column, row, element, value, shard_id = where
+    async def _copy_whole(
+        self, block: BlockWriter, path: str, size: int, copies: list, fail: Any
+    ) -> tuple[str, int]:
+        """Copy a fully referenced source blob once; returns ``(block url, offset)``.
+
+        A large blob on the output's filesystem is copied server-side into a block of
+        its own: the copy starts now and joins ``copies``, which the caller awaits
+        before its rows are written. Anything else is appended to the open block.
+        ``fail(exc)`` builds the error that names the first reference."""
+        fs, fs_path = self.filesystems.resolve(path)
+        relative = block.whole_copy_destination(fs, size)
+        if relative is not None:
+            copies.append(asyncio.ensure_future(self._settle(block, fs, fs_path, relative, fail)))
+            placed = (self.folder.url_of(relative), 0)
+        else:
+            try:
+                placed = await self.in_thread(
+                    block.append, Source(size=size, fs=fs, path=fs_path, url=path)
+                )
+            except Exception as exc:
+                raise fail(exc) from exc
+        self.counters["blobs_coalesced"] += 1
+        self.counters["bytes_coalesced"] += size
+        self.counters["asset_bytes"] += size
+        return placed
+
+    async def _settle(self, block: BlockWriter, fs: Any, path: str, relative: str, fail: Any):
         try:
-            await copy
+            await self.in_thread(block.copy_into, fs, path, relative)
         except Exception as exc:
-            raise self.fail(column, row, element, value, exc, shard_id) from exc
+            raise fail(exc) from exc
 
     async def close(self) -> dict[str, Any]:
         for block in self.blocks.values():
