@@ -44,11 +44,16 @@ def read_blob(ref: Mapping[str, Any], *, storage_options: dict[str, Any] | None 
     if size == 0:
         return b""
     fs, fs_path = resolve(path, storage_options)
-    data = fs.cat_file(fs_path, start=offset, end=offset + size)
+    return read_range(fs, fs_path, offset, size, url=path)
+
+
+def read_range(fs: Any, path: str, offset: int, size: int, *, url: str) -> bytes:
+    """Bytes ``[offset, offset + size)`` of ``path`` on ``fs`` in one ranged read;
+    ``EOFError`` naming ``url`` and the blob's size when the range reaches past its end."""
+    data = fs.cat_file(path, start=offset, end=offset + size) if size else b""
     if len(data) != size:
-        available = int(fs.size(fs_path))
         raise EOFError(
-            f"blob reference {path!r} [{offset}, {offset + size}) reaches past the end: "
-            f"the blob has {available} bytes"
+            f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: "
+            f"the blob has {int(fs.size(path))} bytes"
         )
     return data

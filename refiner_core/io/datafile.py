@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import shutil
 import uuid
 from collections.abc import Iterator
 from typing import IO, Any
@@ -136,6 +137,7 @@ class DataFolder:
         self._url = url
         self.path = path.rstrip("/") or "/"
         self.storage_options = dict(storage_options or {})
+        self._made_dirs: set[str] = set()
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -193,6 +195,24 @@ class DataFolder:
         return sorted(
             e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != base.rstrip("/")
         )
+
+    def same_filesystem(self, fs: fsspec.AbstractFileSystem) -> bool:
+        """Whether files on ``fs`` can be copied into this folder by :meth:`copy_from`."""
+        return fs is self.fs or (is_local(fs) and is_local(self.fs))
+
+    def copy_from(self, fs: fsspec.AbstractFileSystem, path: str, relative: str) -> None:
+        """Copy ``path`` (on a filesystem :meth:`same_filesystem` accepts) to ``relative``
+        without streaming it through this process: a local file copy, or the object
+        store's server-side copy. ``FileNotFoundError`` when ``path`` does not exist."""
+        destination = self.join(relative)
+        if is_local(fs):
+            directory = os.path.dirname(destination)
+            if directory not in self._made_dirs:
+                os.makedirs(directory, exist_ok=True)
+                self._made_dirs.add(directory)
+            shutil.copyfile(path, destination)
+        else:
+            fs.copy(path, destination)
 
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)

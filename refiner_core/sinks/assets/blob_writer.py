@@ -197,7 +197,7 @@ class BlobAssetWriter(AssetWriterBase):
         fs, fs_path = self.filesystems.resolve(path)
         relative = block.whole_copy_destination(fs, size)
         if relative is not None:
-            copies.append(asyncio.ensure_future(self._settle(block, fs, fs_path, relative, fail)))
+            copies.append(asyncio.ensure_future(self._settle(fs, fs_path, relative, fail)))
             placed = (self.folder.url_of(relative), 0)
         else:
             try:
@@ -211,9 +211,9 @@ class BlobAssetWriter(AssetWriterBase):
         self.counters["asset_bytes"] += size
         return placed
 
-    async def _settle(self, block: BlockWriter, fs: Any, path: str, relative: str, fail: Any):
+    async def _settle(self, fs: Any, path: str, relative: str, fail: Any) -> None:
         try:
-            await self.in_thread(block.copy_into, fs, path, relative)
+            await self.in_thread(self.folder.copy_from, fs, path, relative)
         except Exception as exc:
             raise fail(exc) from exc
 

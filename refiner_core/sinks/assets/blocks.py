@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from typing import Any
 
-from ...io.datafile import is_local
 from .fetch import Source
 
 WHOLE_COPY_MIN_BYTES = 8 * 1024 * 1024
@@ -80,22 +77,15 @@ class BlockWriter:
         as a block of its own (its name taken now, in row order); ``None`` when it is
         small, or not on this output's filesystem, and should be appended instead."""
         fits = self._stack is not None and self._offset > 0 and self._offset + size <= self.target
-        same_fs = fs is self.folder.fs or (is_local(fs) and is_local(self.folder.fs))
-        if fits or not same_fs or size < min(self.target, WHOLE_COPY_MIN_BYTES):
+        if (
+            fits
+            or not self.folder.same_filesystem(fs)
+            or size < min(self.target, WHOLE_COPY_MIN_BYTES)
+        ):
             return None
         self.counters["blocks_written"] += 1
         self.counters["block_bytes"] += size
         return self._next_relative()
-
-    def copy_into(self, fs: Any, path: str, relative: str) -> None:
-        """Copy the source ``path`` to the block ``relative`` (from
-        :meth:`whole_copy_destination`); safe to run for several blocks at once."""
-        destination = self.folder.join(relative)
-        if is_local(fs):
-            os.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
-            shutil.copyfile(path, destination)
-        else:
-            fs.copy(path, destination)
 
     def close(self) -> None:
         self._close_current()

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ...io.blob import validate_reference
+from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 
 INLINE_LIMIT = 8 * 1024 * 1024
@@ -92,10 +92,7 @@ def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
         fs, path = filesystems.resolve(check_path(value))
         if is_local(fs):
             return _open_local(fs, path, value)
-        try:
-            size = int(fs.size(path))
-        except FileNotFoundError as exc:
-            raise MissingAsset(value) from exc
+        size = size_or_missing(fs, path, value)
         if size <= INLINE_LIMIT:
             try:
                 data = fs.cat_file(path)
@@ -107,26 +104,17 @@ def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
         url, offset, size = validate_reference(value)
         fs, path = filesystems.resolve(url)
         if size > INLINE_LIMIT:
-            try:
-                available = int(fs.size(path))
-            except FileNotFoundError as exc:
-                raise MissingAsset(url) from exc
+            available = size_or_missing(fs, path, url)
             if offset + size > available:
                 raise EOFError(
-                    f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: the blob has {available} bytes"
+                    f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: "
+                    f"the blob has {available} bytes"
                 )
             return Source(size=size, fs=fs, path=path, url=url, offset=offset)
         try:
-            data = fs.cat_file(path, start=offset, end=offset + size) if size else b""
+            return Source(size=size, data=read_range(fs, path, offset, size, url=url))
         except FileNotFoundError as exc:
             raise MissingAsset(url) from exc
-        if len(data) != size:
-            available = int(fs.size(path))
-            raise EOFError(
-                f"blob reference {url!r} [{offset}, {offset + size}) reaches past the end: "
-                f"the blob has {available} bytes"
-            )
-        return Source(size=size, data=data)
     raise ValueError(f"unknown asset form {form!r}")
 
 
@@ -149,7 +137,11 @@ def _open_local(fs: Any, path: str, url: str) -> Source:
 
 def source_size(url: str, filesystems: Filesystems) -> int:
     """Exact size of a source blob; :class:`MissingAsset` when it does not exist."""
-    fs, path = filesystems.resolve(url)
+    return size_or_missing(*filesystems.resolve(url), url)
+
+
+def size_or_missing(fs: Any, path: str, url: str) -> int:
+    """Size of ``path`` on ``fs``; :class:`MissingAsset` naming ``url`` when it does not exist."""
     try:
         return int(fs.size(path))
     except FileNotFoundError as exc:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from typing import Any
 
 from ...io.datafile import is_local
 from .base import AssetWriterBase
 from .columns import asset_file_name
-from .fetch import MissingAsset, check_path, is_remote, open_source
+from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_missing
 
 # Local-to-local copies cost tens of microseconds each: a thread hand-off per file
 # would cost more than the copy, so they go to the threads in runs of this many, and
@@ -35,31 +34,19 @@ class FileAssetWriter(AssetWriterBase):
         super().__init__(config, folder, attempt)
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._local_slots = asyncio.Semaphore(min(LOCAL_THREADS, config.max_in_flight))
-        self._made_dirs: set[str] = set()
 
     def _copy(self, relative: str, value: Any, form: str) -> int:
         """Copy one asset to ``relative``; returns its size. Runs in a worker thread."""
-        destination = self.folder.join(relative)
         if form == "path":
             fs, path = self.filesystems.resolve(check_path(value))
-            same = fs is self.folder.fs or (is_local(fs) and self.local_output)
-            if same:
-                if is_local(fs):
-                    directory = os.path.dirname(destination)
-                    if directory not in self._made_dirs:
-                        os.makedirs(directory, exist_ok=True)
-                        self._made_dirs.add(directory)
-                    try:
-                        shutil.copyfile(path, destination)
-                    except FileNotFoundError as exc:
-                        raise MissingAsset(value) from exc
-                    return os.path.getsize(destination)
+            if self.folder.same_filesystem(fs):
+                local = is_local(fs)
+                size = 0 if local else size_or_missing(fs, path, value)
                 try:
-                    size = int(fs.size(path))
+                    self.folder.copy_from(fs, path, relative)
                 except FileNotFoundError as exc:
                     raise MissingAsset(value) from exc
-                fs.copy(path, destination)
-                return size
+                return os.path.getsize(self.folder.join(relative)) if local else size
         source = open_source(value, form, self.filesystems)
         with self.folder.open_atomic(relative, size_hint=source.size) as f:
             for chunk in source.chunks():
