@@ -47,6 +47,42 @@ def make_shards(payloads: list[Any], *, source: str) -> list[Shard]:
     return [Shard(shard_id(i), p) for i, p in enumerate(payloads)]
 
 
+def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> list[list[int]]:
+    """Split pieces (in order, by index) into runs of whole pieces.
+
+    With ``num_shards`` the runs are balanced by weight into at most that many runs;
+    otherwise a run closes before it would pass ``target``.
+
+    Example:
+        >>> group_runs([10] * 4, target=25, num_shards=None)
+        [[0, 1], [2, 3]]
+        >>> group_runs([10] * 5, target=1, num_shards=2)
+        [[0, 1], [2, 3, 4]]
+    """
+    if not weights:
+        return []
+    if not any(weights):
+        weights = [1] * len(weights)
+    if num_shards is not None:
+        total = sum(weights)
+        groups: dict[int, list[int]] = {}
+        seen = 0
+        for i, weight in enumerate(weights):
+            middle = seen + weight / 2
+            groups.setdefault(min(num_shards - 1, int(middle * num_shards / total)), []).append(i)
+            seen += weight
+        return [groups[k] for k in sorted(groups)]
+    runs: list[list[int]] = [[]]
+    current = 0
+    for i, weight in enumerate(weights):
+        if runs[-1] and current + weight > target:
+            runs.append([])
+            current = 0
+        runs[-1].append(i)
+        current += weight
+    return runs
+
+
 def check_num_shards(num_shards: int | None) -> None:
     if num_shards is not None and (
         isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards <= 0

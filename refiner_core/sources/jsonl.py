@@ -9,12 +9,20 @@ from typing import Any
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
 from ..row import Row
-from .base import DEFAULT_TARGET_SHARD_BYTES, Shard, check_num_shards, check_positive, make_shards
+from .base import (
+    DEFAULT_TARGET_SHARD_BYTES,
+    Shard,
+    check_num_shards,
+    check_positive,
+    group_runs,
+    make_shards,
+)
 from .files import expand_inputs
 
 
 class JsonlSource:
-    """Reads ``.jsonl``/``.json`` files; a shard owns the lines that start in its byte range."""
+    """Reads ``.jsonl``/``.json`` files; a shard owns the lines that start in its byte
+    ranges (runs of consecutive ranges, several small files in one shard)."""
 
     name = "read_jsonl"
 
@@ -43,25 +51,34 @@ class JsonlSource:
             what="read_jsonl",
         )
         sizes = [(path, int(fs.size(path))) for fs, path in files]
-        total = sum(s for _, s in sizes)
-        target = self.target_shard_bytes
+        piece = self.target_shard_bytes
         if self.num_shards is not None:
-            target = max(1, -(-total // self.num_shards))
-        payloads = []
-        for path, size in sizes:
-            start = 0
-            while start < size:
-                end = min(size, start + target)
-                payloads.append((path, start, end))
-                start = end
+            piece = max(1, -(-sum(size for _, size in sizes) // self.num_shards))
+        ranges = [
+            (path, start, min(size, start + piece))
+            for path, size in sizes
+            for start in range(0, size, piece)
+        ]
+        groups = group_runs(
+            [end - start for _, start, end in ranges],
+            target=self.target_shard_bytes,
+            num_shards=self.num_shards,
+        )
+        payloads = [tuple(ranges[i] for i in group) for group in groups]
         return make_shards(payloads, source="read_jsonl")
 
     def schema_hint(self):
         return None
 
     def read(self, shard: Shard, *, batch_rows: int) -> Iterator[list[Row]]:
-        path, start, end = shard.payload
+        """The lines that start in each ``(path, start, end)`` byte range of the shard."""
         fs = self._filesystem()
+        for path, start, end in shard.payload:
+            yield from self._read_range(fs, path, start, end, batch_rows)
+
+    def _read_range(
+        self, fs: Any, path: str, start: int, end: int, batch_rows: int
+    ) -> Iterator[list[Row]]:
         url = full_url(fs, path)
         with fs.open(path, "rb") as f:
             position = start

@@ -17,48 +17,9 @@ from .base import (
     check_columns,
     check_num_shards,
     check_positive,
+    group_runs,
     make_shards,
 )
-
-
-def group_fragments(
-    sizes: list[tuple[int, int]], *, target_bytes: int, num_shards: int | None
-) -> list[list[int]]:
-    """Split fragments (in order) into runs of whole fragments.
-
-    With ``num_shards`` the runs are balanced by bytes (rows when sizes are unknown)
-    into at most that many groups; otherwise a run closes before it would pass
-    ``target_bytes``.
-
-    Example:
-        >>> group_fragments([(1, 10)] * 4, target_bytes=25, num_shards=None)
-        [[0, 1], [2, 3]]
-        >>> group_fragments([(1, 10)] * 5, target_bytes=1, num_shards=2)
-        [[0, 1], [2, 3, 4]]
-    """
-    if not sizes:
-        return []
-    weights = [size if size > 0 else rows for rows, size in sizes]
-    if not any(weights):
-        weights = [1] * len(sizes)
-    if num_shards is not None:
-        total = sum(weights)
-        groups: dict[int, list[int]] = {}
-        seen = 0
-        for i, weight in enumerate(weights):
-            middle = seen + weight / 2
-            groups.setdefault(min(num_shards - 1, int(middle * num_shards / total)), []).append(i)
-            seen += weight
-        return [groups[k] for k in sorted(groups)]
-    runs: list[list[int]] = [[]]
-    current = 0
-    for i, weight in enumerate(weights):
-        if runs[-1] and current + weight > target_bytes:
-            runs.append([])
-            current = 0
-        runs[-1].append(i)
-        current += weight
-    return runs
 
 
 class LanceSource:
@@ -130,11 +91,9 @@ class LanceSource:
         self.pinned_version = info["version"]
         self._schema = schema
         fragments = info["fragments"]
-        groups = group_fragments(
-            [(rows, size) for _, rows, size in fragments],
-            target_bytes=self.target_shard_bytes,
-            num_shards=self.num_shards,
-        )
+        # bytes when Lance knows them, else rows
+        weights = [size if size > 0 else rows for _, rows, size in fragments]
+        groups = group_runs(weights, target=self.target_shard_bytes, num_shards=self.num_shards)
         payloads = [(info["version"], tuple(fragments[i][0] for i in g)) for g in groups]
         return make_shards(payloads, source="read_lance")
 

@@ -18,6 +18,7 @@ from .base import (
     check_columns,
     check_num_shards,
     check_positive,
+    group_runs,
     make_shards,
 )
 from .files import expand_inputs
@@ -81,24 +82,16 @@ class ParquetSource:
             for (fs, path), meta in zip(files, metas, strict=True)
             for rg in range(meta.num_row_groups)
         ]
-        if not pieces:
-            return []
-        total = sum(size for _, _, size in pieces)
-        target = self.target_shard_bytes
-        if self.num_shards is not None:
-            target = max(1, -(-total // self.num_shards))
-        groups: list[list[tuple[str, int]]] = [[]]
-        current = 0
-        for path, rg, size in pieces:
-            if groups[-1] and current + size > target:
-                groups.append([])
-                current = 0
-            groups[-1].append((path, rg))
-            current += size
+        groups = group_runs(
+            [size for _, _, size in pieces],
+            target=self.target_shard_bytes,
+            num_shards=self.num_shards,
+        )
         payloads = []
         for group in groups:
             by_file: dict[str, list[int]] = {}
-            for path, rg in group:
+            for i in group:
+                path, rg, _ = pieces[i]
                 by_file.setdefault(path, []).append(rg)
             payloads.append(tuple((p, tuple(rgs)) for p, rgs in by_file.items()))
         return make_shards(payloads, source="read_parquet")

@@ -132,7 +132,7 @@ def test_read_jsonl_byte_range_shards_cover_every_line_once(tmp_path, num_shards
     shards = pipeline.plan()
     # one file cut into byte ranges of equal size: about num_shards of them, never more
     assert num_shards / 2 < len(shards) <= num_shards
-    assert len({s.payload[1] for s in shards}) == len(shards)
+    assert len({s.payload[0][1] for s in shards}) == len(shards)
     rows = pipeline.materialize()
     assert [r.to_dict() for r in rows] == lines
 
@@ -151,6 +151,23 @@ def test_read_jsonl_tiny_ranges_and_many_files(tmp_path):
     assert stats.summary["rows_written"] == 45
     back = mdr.read_parquet(str(out)).materialize()
     assert sorted((r.file, r.i) for r in back) == [(k, i) for k in range(3) for i in range(15)]
+
+
+def test_read_jsonl_num_shards_groups_small_files(tmp_path):
+    for k in range(10):
+        (tmp_path / f"part-{k}.jsonl").write_text(json.dumps({"file": k}) + "\n")
+    pipeline = mdr.read_jsonl(str(tmp_path), num_shards=2)
+    shards = pipeline.plan()
+    assert [len(s.payload) for s in shards] == [5, 5]
+    assert sorted(r.file for r in pipeline.materialize()) == list(range(10))
+
+
+def test_read_parquet_num_shards_is_never_exceeded(tmp_path):
+    path = tmp_path / "in.parquet"
+    write_parquet_file(path, 0, 300, row_group_size=100)  # three equal row groups
+    pipeline = mdr.read_parquet(str(path), num_shards=2)
+    assert len(pipeline.plan()) == 2
+    assert ids(pipeline) == list(range(300))
 
 
 def test_read_jsonl_bad_line_names_file_and_byte(tmp_path):
