@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import datatype, inference
+from . import datatype
 from .errors import RefinerError, StageFailed, StepError
 from .execution.launcher import LaunchStats
 from .io import DataFile, DataFolder, read_blob
@@ -90,6 +90,16 @@ def read_lance(
             storage_options=storage_options,
         )
     )
+
+
+def __getattr__(name: str) -> Any:
+    # ``mdr.inference`` (httpx, pydantic, tenacity: about half of this package's import
+    # time) is imported on first use, so pipelines without model calls never pay for it.
+    if name == "inference":
+        import importlib
+
+        return importlib.import_module(".inference", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def from_items(

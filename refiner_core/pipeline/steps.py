@@ -137,9 +137,11 @@ async def _batches(blocks: Blocks, size: int) -> AsyncIterator[list[Row]]:
     pending: list[Row] = []
     async for block in blocks:
         pending.extend(block)
-        while len(pending) >= size:
-            yield pending[:size]
-            pending = pending[size:]
+        start = 0
+        while len(pending) - start >= size:
+            yield pending[start : start + size]
+            start += size
+        del pending[:start]
     if pending:
         yield pending
 
