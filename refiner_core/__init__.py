@@ -75,6 +75,7 @@ def read_lance(
     columns: list[str] | None = None,
     version: int | None = None,
     num_shards: int | None = None,
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
 ) -> Pipeline:
     """Read one version of a Lance dataset; shards are groups of whole fragments."""
@@ -87,6 +88,7 @@ def read_lance(
             columns=columns,
             version=version,
             num_shards=num_shards,
+            target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
         )
     )

@@ -169,6 +169,8 @@ def with_asset_form(field_: pa.Field, form: str) -> pa.Field:
     info = asset_of(field_)
     if info is None:
         raise ValueError(f"column {field_.name!r} is not an asset column")
+    if form not in ASSET_FORMS:
+        raise ValueError(f"asset form must be one of {ASSET_FORMS}, got {form!r}")
     scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": BLOB_REFERENCE_TYPE}[form]
     arrow_type = pa.list_(scalar) if info.is_list else scalar
     metadata = dict(field_.metadata or {})

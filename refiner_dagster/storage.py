@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import refiner_core as mdr
+from refiner_core.execution.attempts import SUMMARY_PATH
 
 CURRENT_POINTER = "_current.json"
 VERSIONS_DIR = "_versions"
@@ -121,9 +122,10 @@ class DatasetVersion:
     def summary(self) -> dict[str, Any] | None:
         """The engine's finalization summary of this version, read from storage."""
         folder = self.output_folder()
-        if not folder.exists("_refiner/summary.json"):
+        try:
+            return json.loads(folder.read_bytes(SUMMARY_PATH))
+        except FileNotFoundError:
             return None
-        return json.loads(folder.read_bytes("_refiner/summary.json"))
 
     def describe(self) -> str:
         where = f" partition {self.partition_key!r}" if self.partition_key is not None else ""

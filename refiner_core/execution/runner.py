@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from ..pipeline.callbacks import CallbackResultError
 from ..row import Row
+from ..sources.base import Block
 from .blocks import (
     DEFAULT_ARROW_BLOCK_ROWS,
     DEFAULT_ROW_BLOCK_ROWS,
@@ -19,8 +20,6 @@ from .blocks import (
     table_to_rows,
 )
 from .worker import WorkerContext
-
-Block = pa.Table | list[Row]
 
 
 @dataclass

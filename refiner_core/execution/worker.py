@@ -129,9 +129,3 @@ class WorkerContext:
                 self.loop.close()
         if errors:
             raise RuntimeError(f"closing worker callbacks failed: {errors[0]!r}") from errors[0]
-
-    def __enter__(self) -> WorkerContext:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

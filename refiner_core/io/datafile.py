@@ -127,11 +127,8 @@ class DataFile:
 class DataFolder:
     """A folder (or object prefix) that a writer owns, local or behind any fsspec URL."""
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None):
-        if fs is None:
-            fs, path = resolve(url, storage_options)
-        else:
-            path = url
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        fs, path = resolve(url, storage_options)
         self._fs = fs
         self._pid = os.getpid()
         self._url = url
@@ -170,10 +167,6 @@ class DataFolder:
 
     def exists(self, relative: str = "") -> bool:
         return bool(self.fs.exists(self.join(relative) if relative else self.path))
-
-    def makedirs(self, relative: str = "") -> None:
-        if is_local(self.fs):
-            os.makedirs(self.join(relative) if relative else self.path, exist_ok=True)
 
     def find(self, relative: str = "") -> list[str]:
         """Paths (relative to this folder) of every file below ``relative``."""

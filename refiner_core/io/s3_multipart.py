@@ -309,14 +309,12 @@ def open_output(fs: AbstractFileSystem, path: str, *, size_hint: int | None = No
     >>> open(out, "rb").read()
     b'hello'
     """
-    base = fs.fs if isinstance(fs, DirFileSystem) else fs
-    if isinstance(base, s3fs.S3FileSystem):
+    s3 = _s3_of(fs)
+    if s3 is not None:
         install()
-        block_size = part_size_for(size_hint, base.default_block_size)
-        return fs.open(path, "wb", block_size=block_size)
-    install_if_s3(fs)
+        return fs.open(path, "wb", block_size=part_size_for(size_hint, s3.default_block_size))
     if isinstance(fs, LocalFileSystem):
         fs.makedirs(fs._parent(path), exist_ok=True)
-    elif isinstance(fs, DirFileSystem) and isinstance(base, LocalFileSystem):
+    elif isinstance(fs, DirFileSystem) and isinstance(fs.fs, LocalFileSystem):
         fs.makedirs(posixpath.dirname(path) or "", exist_ok=True)
     return fs.open(path, "wb")

@@ -28,10 +28,6 @@ class Shard:
     id: str
     payload: Any = None
 
-    @property
-    def index(self) -> int:
-        return int(self.id)
-
 
 def shard_id(index: int) -> str:
     return f"{index:05d}"
@@ -112,8 +108,9 @@ class Source(Protocol):
     def plan(self) -> list[Shard]:
         """List the shards; called when a stage starts, not when the pipeline is built."""
 
-    def read(self, shard: Shard) -> Iterator[Block]:
-        """Yield the shard's blocks: Arrow tables or lists of rows."""
+    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[Block]:
+        """Yield the shard's blocks (Arrow tables or lists of rows) of at most about
+        ``batch_rows`` rows."""
 
     def schema_hint(self) -> pa.Schema | None:
         """Known column types (with asset marks), or ``None``."""

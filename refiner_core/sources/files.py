@@ -6,6 +6,7 @@ import json
 import posixpath
 from typing import Any
 
+from ..execution.attempts import LAYOUT_PATH
 from ..io.datafile import full_url, resolve
 
 
@@ -52,7 +53,7 @@ def expand_inputs(
 
 
 def _asset_subdirs(fs, folder: str) -> set[str]:
-    layout = posixpath.join(folder, "_refiner", "layout.json")
+    layout = posixpath.join(folder, LAYOUT_PATH)
     try:
         with fs.open(layout, "rb") as f:
             return set(json.load(f).get("asset_subdirs", []))

@@ -62,7 +62,6 @@ class LanceSource:
         self.version = version
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
-        self.storage_options = storage_options
         self.lance_options = lance_storage_options(storage_options)
         self.pinned_version: int | None = None
         self._schema: pa.Schema | None = None
