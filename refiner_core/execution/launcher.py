@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
+from ..validation import check_positive
 from .attempts import new_run_id
 from .progress import StageProgress
 from .worker import WorkerContext
@@ -304,8 +305,7 @@ def _drain_until_exit(procs: list[Any], conns: list[Any], rundir: _RunDir, index
 
 
 def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers <= 0:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    check_positive("num_workers", num_workers)
     name = name or "refiner"
     state = _RunDir(rundir, name)
     stats = LaunchStats(

@@ -9,7 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..row import Row
-from .steps import Step, _check_positive, make_step
+from ..validation import check_positive
+from .steps import Step, make_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,12 +107,12 @@ class Pipeline:
 
     def with_max_block_rows(self, n: int) -> Pipeline:
         """Cap every block (source and transformed) at ``n`` rows before it reaches the sink."""
-        _check_positive("max_block_rows", n)
+        check_positive("max_block_rows", n)
         return dataclasses.replace(self, max_block_rows=n)
 
     def with_max_vectorized_block_bytes(self, n: int) -> Pipeline:
         """Cap Arrow blocks from sources and vectorized operations at about ``n`` bytes."""
-        _check_positive("max_vectorized_block_bytes", n)
+        check_positive("max_vectorized_block_bytes", n)
         return dataclasses.replace(self, max_vectorized_block_bytes=n)
 
     # schema -------------------------------------------------------------------

@@ -13,14 +13,10 @@ from typing import Any
 from ..datatype import fields_from_dtypes
 from ..errors import StepError
 from ..row import Row
+from ..validation import check_positive
 from .callbacks import CallbackResultError, merge_map_result, rows_from_iterable, step_label
 
 Blocks = AsyncIterator[list[Row]]
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _check_callable(kind: str, fn: Any, factory: Any, *, allow_factory: bool = True) -> None:
@@ -153,7 +149,7 @@ class BatchMapStep(Step):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_positive("batch_size", self.batch_size)
+        check_positive("batch_size", self.batch_size)
 
     async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
         label, shard = self.label, ctx.shard_id
@@ -287,7 +283,7 @@ class MapAsyncStep(Step):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_positive("max_in_flight", self.max_in_flight)
+        check_positive("max_in_flight", self.max_in_flight)
 
     async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
         label, shard = self.label, ctx.shard_id
@@ -331,8 +327,8 @@ class BatchMapAsyncStep(Step):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_positive("batch_size", self.batch_size)
-        _check_positive("max_in_flight", self.max_in_flight)
+        check_positive("batch_size", self.batch_size)
+        check_positive("max_in_flight", self.max_in_flight)
 
     async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
         label, shard = self.label, ctx.shard_id

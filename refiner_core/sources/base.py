@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..row import Row
+from ..validation import check_positive
 
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -80,11 +81,10 @@ def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> li
 
 
 def check_num_shards(num_shards: int | None) -> None:
-    if num_shards is not None and (
-        isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards <= 0
-    ):
-        raise ValueError(f"num_shards must be a positive integer, got {num_shards!r}")
-    if num_shards is not None and num_shards > MAX_SHARDS:
+    if num_shards is None:
+        return
+    check_positive("num_shards", num_shards)
+    if num_shards > MAX_SHARDS:
         raise ValueError(f"num_shards={num_shards} is over the limit of {MAX_SHARDS} shards")
 
 
@@ -93,11 +93,6 @@ def check_columns(columns: Any) -> None:
         isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
     ):
         raise TypeError(f"columns must be a list of column names, got {columns!r}")
-
-
-def check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class Source(Protocol):

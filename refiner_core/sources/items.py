@@ -7,7 +7,8 @@ from typing import Any
 
 from ..datatype import fields_from_dtypes
 from ..row import Row
-from .base import Shard, check_positive, make_shards
+from ..validation import check_positive
+from .base import Shard, make_shards
 
 
 class ItemsSource:

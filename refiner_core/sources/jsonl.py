@@ -9,11 +9,11 @@ from typing import Any
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
 from ..row import Row
+from ..validation import check_positive
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
     check_num_shards,
-    check_positive,
     group_runs,
     make_shards,
 )

@@ -10,13 +10,13 @@ import pyarrow as pa
 from ..datatype import fields_from_dtypes
 from ..sinks.lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
 from ..sinks.lance.isolation import call_isolated, iter_isolated
+from ..validation import check_positive
 from .arrow_cast import apply_fields, schema_with_fields
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
     check_columns,
     check_num_shards,
-    check_positive,
     group_runs,
     make_shards,
 )

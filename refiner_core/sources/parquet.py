@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
+from ..validation import check_positive
 from .arrow_cast import apply_fields, schema_with_fields
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
     check_columns,
     check_num_shards,
-    check_positive,
     group_runs,
     make_shards,
 )

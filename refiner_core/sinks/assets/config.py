@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...io.datafile import check_relative
+from ...validation import check_positive
 
 MISSING_POLICIES = ("error", "set_null", "drop_row")
 LEGACY_KEYWORDS = (
@@ -34,11 +35,6 @@ def _caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
-
-
-def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _validate_common(config: Any) -> None:
@@ -75,7 +71,7 @@ class FileAssetConfig:
 
     def __post_init__(self) -> None:
         _validate_common(self)
-        _positive("max_in_flight", self.max_in_flight)
+        check_positive("max_in_flight", self.max_in_flight)
 
 
 @dataclass(frozen=True)
@@ -99,8 +95,8 @@ class BlobAssetConfig:
 
     def __post_init__(self) -> None:
         _validate_common(self)
-        _positive("target_bytes", self.target_bytes)
-        _positive("max_in_flight", self.max_in_flight)
+        check_positive("target_bytes", self.target_bytes)
+        check_positive("max_in_flight", self.max_in_flight)
 
 
 AssetConfig = FileAssetConfig | BlobAssetConfig
