@@ -1,0 +1,1 @@
+"""Building a pipeline: steps, callback results and stage sequences."""
