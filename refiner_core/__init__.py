@@ -95,7 +95,7 @@ def read_lance(
 
 
 def __getattr__(name: str) -> Any:
-    # ``mdr.inference`` (httpx, pydantic, tenacity: about half of this package's import
+    # ``mdr.inference`` (httpx and pydantic: about half of this package's import
     # time) is imported on first use, so pipelines without model calls never pay for it.
     if name == "inference":
         import importlib

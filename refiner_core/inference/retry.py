@@ -1,17 +1,12 @@
-"""When and how long to retry: the retry policy, ``Retry-After`` parsing, and the
-tenacity strategy built from them."""
+"""When and how long to retry: the retry policy and ``Retry-After`` parsing."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-
-import tenacity
-
-from .errors import InferenceError
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 """4xx statuses worth retrying; every 5xx is retried too."""
@@ -106,26 +101,3 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
         return None
     now = time.time() if now is None else now
     return max(when.timestamp() - now, 0.0)
-
-
-def retrying(
-    policy: RetryPolicy, on_retry: Callable[[tenacity.RetryCallState], None]
-) -> tenacity.AsyncRetrying:
-    """A fresh tenacity controller for one request (tenacity keeps per-call state, so
-    one is made per request). Retries :class:`InferenceError` s marked ``retryable``;
-    re-raises the last error when attempts run out. ``on_retry`` runs before each
-    sleep, with ``state.upcoming_sleep`` set."""
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome else None
-        return policy.wait_for(state.attempt_number, error)
-
-    return tenacity.AsyncRetrying(
-        stop=tenacity.stop_after_attempt(policy.max_attempts),
-        wait=wait,
-        retry=tenacity.retry_if_exception(
-            lambda exc: isinstance(exc, InferenceError) and exc.retryable
-        ),
-        before_sleep=on_retry,
-        reraise=True,
-    )

@@ -23,12 +23,10 @@ import logging
 import threading
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import tenacity
 
 from .errors import (
     InferenceError,
@@ -42,7 +40,7 @@ from .errors import (
 from .http1 import Answer, Http1Transport
 from .process import current_pid
 from .providers import Provider
-from .retry import RetryPolicy, is_retryable_status, parse_retry_after, retrying
+from .retry import RetryPolicy, is_retryable_status, parse_retry_after
 from .usage import UsageCounter
 
 logger = logging.getLogger("refiner_core.inference")
@@ -157,27 +155,18 @@ class Transport:
         """POST ``body`` and return the decoded JSON object, retrying as the policy says."""
         state = self._state()
         content = _encode_json(self.provider, body)
-        # The first attempt runs bare: a tenacity controller costs about a tenth of a
-        # request's CPU, and most requests succeed at once.
-        try:
-            return await self._attempt(state, content)
-        except InferenceError as error:
-            if not error.retryable or self.retry.max_attempts == 1:
-                error.note_attempts(1)
-                raise
-            first_failure = error
-        attempts = 1
-        try:
-            async for attempt in retrying(self.retry, self._on_retry(state)):
-                with attempt:
-                    attempts = attempt.retry_state.attempt_number
-                    if attempts == 1:
-                        raise first_failure  # replayed, so tenacity counts and waits
-                    return await self._attempt(state, content)
-        except InferenceError as error:
-            error.note_attempts(attempts)
-            raise
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        attempt = 1
+        while True:
+            try:
+                return await self._attempt(state, content)
+            except InferenceError as error:
+                if not error.retryable or attempt >= self.retry.max_attempts:
+                    error.note_attempts(attempt)
+                    raise
+                wait = self.retry.wait_for(attempt, error)
+                self._note_retry(state, attempt, error, wait)
+            await asyncio.sleep(wait)  # outside the except: no semaphore slot, no traceback held
+            attempt += 1
 
     async def _attempt(self, state: _LoopState, content: bytes) -> dict[str, Any]:
         failure: InferenceError | None = None
@@ -269,25 +258,23 @@ class Transport:
         )
         return ProviderResponseError(scrub(message, secrets), body=body)
 
-    def _on_retry(self, state: _LoopState) -> Callable[[tenacity.RetryCallState], None]:
-        def note(retry_state: tenacity.RetryCallState) -> None:
-            self.usage.add(retries=1)
-            error = retry_state.outcome.exception() if retry_state.outcome else None
-            reason = (
-                f"HTTP {error.status}"
-                if isinstance(error, ProviderHTTPError)
-                else getattr(error, "cause", type(error).__name__)
-            )
-            logger.warning(
-                "%s: %s (attempt %d of %d); retrying in %.2f s",
-                self._describe(state),
-                scrub(str(reason), self.provider.secrets()),
-                retry_state.attempt_number,
-                self.retry.max_attempts,
-                retry_state.upcoming_sleep,
-            )
-
-        return note
+    def _note_retry(
+        self, state: _LoopState, attempt: int, error: InferenceError, wait: float
+    ) -> None:
+        self.usage.add(retries=1)
+        reason = (
+            f"HTTP {error.status}"
+            if isinstance(error, ProviderHTTPError)
+            else getattr(error, "cause", type(error).__name__)
+        )
+        logger.warning(
+            "%s: %s (attempt %d of %d); retrying in %.2f s",
+            self._describe(state),
+            scrub(str(reason), self.provider.secrets()),
+            attempt,
+            self.retry.max_attempts,
+            wait,
+        )
 
     async def aclose(self) -> None:
         """Close the client of the running event loop (and forget loops that closed)."""
