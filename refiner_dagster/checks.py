@@ -22,8 +22,8 @@ import dagster as dg
 import refiner_core as mdr
 from refiner_core.io import resolve
 
-from .settings import DATASET_KEY, LOAD_KEY
-from .storage import DatasetVersion
+from .settings import DATASET_KEY, LOAD_KEY, unwrap_metadata
+from .storage import DatasetVersion, one_version
 from .tables import open_version, version_schema
 
 MISSING_ASSETS_CHECK = "missing_assets"
@@ -231,7 +231,7 @@ def build_dataset_checks(
         ['missing_assets', 'reference_integrity']
     """
     metadata = finalization_asset.metadata_by_key.get(finalization_asset.key, {})
-    dataset = getattr(metadata.get(DATASET_KEY), "value", metadata.get(DATASET_KEY))
+    dataset = unwrap_metadata(metadata.get(DATASET_KEY))
     if not dataset:
         raise TypeError(
             f"build_dataset_checks takes a finalization asset from build_finalization_asset; "
@@ -265,7 +265,7 @@ def _define_checks(
         description="Source assets that were missing, and what the missing policy did.",
     )
     def _missing(dataset: Any) -> dg.AssetCheckResult:
-        version = _one(dataset)
+        version = one_version(dataset, "dataset checks")
         return missing_assets_result(version.summary() or {})
 
     @dg.asset_check(
@@ -280,14 +280,6 @@ def _define_checks(
         ),
     )
     def _integrity(dataset: Any) -> dg.AssetCheckResult:
-        return integrity_result(scan_references(_one(dataset), **options))
+        return integrity_result(scan_references(one_version(dataset, "dataset checks"), **options))
 
     return [_missing, _integrity]
-
-
-def _one(loaded: Any) -> DatasetVersion:
-    if isinstance(loaded, dict):
-        if len(loaded) != 1:
-            raise ValueError("dataset checks run on one partition at a time")
-        (loaded,) = loaded.values()
-    return loaded

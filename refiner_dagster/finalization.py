@@ -16,7 +16,7 @@ import refiner_core as mdr
 
 from .metadata import summary_metadata
 from .settings import DATASET_KEY, LOAD_KEY
-from .storage import DatasetVersion
+from .storage import DatasetVersion, one_version
 
 
 def asset_config_from_record(record: dict[str, Any]) -> Any:
@@ -30,12 +30,12 @@ def asset_config_from_record(record: dict[str, Any]) -> Any:
     return None
 
 
-def finalize_version(version: DatasetVersion, *, publish: bool = True) -> dict[str, Any]:
+def finalize_version(version: DatasetVersion) -> dict[str, Any]:
     """Run the reducer over ``version``'s persisted manifests and publish it.
 
     Idempotent: finalizing an already published version runs the reducer again
-    (nothing left to delete) and re-writes the same pointer. Returns the summary as
-    read back from ``<version>/_refiner/summary.json``.
+    (nothing left to delete) and re-writes the same pointer. Returns the summary the
+    reducer wrote to ``<version>/_refiner/summary.json``.
     """
     run_id = version.engine_run_id
     if not run_id:
@@ -45,8 +45,7 @@ def finalize_version(version: DatasetVersion, *, publish: bool = True) -> dict[s
         )
     current = version.storage.current(version.asset_path, version.partition_key)
     if (
-        publish
-        and current is not None
+        current is not None
         and current.name != version.name
         and current.record.get("created_at", 0.0) > version.record.get("created_at", 0.0)
     ):
@@ -55,26 +54,15 @@ def finalize_version(version: DatasetVersion, *, publish: bool = True) -> dict[s
             "published, so this one is not published. Materialize the dataset asset again to "
             "replace it"
         )
-    options = {"mode": "create"} if version.format == "lance" else {}
-    sequence = mdr.from_items([]).write(
-        version.format,
-        version.url,
-        assets=asset_config_from_record(version.record),
-        storage_options=version.storage_options or None,
-        **options,
+    sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
+    (finalize,) = sequence.stages[1:]
+    summary = finalize.run(run_id=run_id)
+    version.storage.publish(
+        version,
+        rows_written=summary.get("rows_written", 0),
+        files_written=summary.get("files_written", 0),
+        first_file=(summary.get("files") or [None])[0],
     )
-    for stage in sequence.stages[1:]:
-        stage.run(run_id=run_id)
-    summary = version.summary()
-    if summary is None:  # pragma: no cover - the finalize stage always writes it
-        raise RuntimeError(f"finalization of {version.describe()} wrote no summary")
-    if publish:
-        version.storage.publish(
-            version,
-            rows_written=summary.get("rows_written", 0),
-            files_written=summary.get("files_written", 0),
-            first_file=(summary.get("files") or [None])[0],
-        )
     return summary
 
 
@@ -144,10 +132,7 @@ def build_finalization_asset(
         tags=tags,
     )
     def _finalize(context: dg.AssetExecutionContext, dataset: Any) -> dg.MaterializeResult:
-        versions = dataset if isinstance(dataset, dict) else {None: dataset}
-        if len(versions) != 1:
-            raise ValueError(f"{key.to_user_string()} finalizes one partition per run")
-        (version,) = versions.values()
+        version = one_version(dataset, key.to_user_string())
         context.log.info(f"finalizing {version.describe()}")
         summary = finalize_version(version)
         metadata = summary_metadata(summary, uri=version.url)

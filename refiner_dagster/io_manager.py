@@ -44,7 +44,7 @@ from refiner_core.execution.attempts import (
 
 from .finalization import finalize_version
 from .metadata import counters_metadata, summary_metadata
-from .settings import DATASET_KEY, LOAD_KEY, AssetSettings, resolve_settings
+from .settings import DATASET_KEY, LOAD_KEY, AssetSettings, resolve_settings, unwrap_metadata
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
 from .tables import open_version, written_asset_columns
 
@@ -119,7 +119,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
     _run_id: str | None = PrivateAttr(default=None)
 
     # configuration ---------------------------------------------------------------
-    _asset_mode: ClassVar[str] = "blobs"
+    _asset_mode: ClassVar[str]  # "blobs" or "files", set by each IO manager
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Remember the instance (default storage) and the run (its own pending version)."""
@@ -192,14 +192,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         context.log.info(f"writing {version.describe()} with {settings.num_workers} worker(s)")
         started = time.monotonic()
         try:
-            options = {"mode": "create"} if settings.format == "lance" else {}
-            sequence = pipeline.write(
-                settings.format,
-                version.url,
-                assets=assets,
-                storage_options=storage.storage_options or None,
-                **options,
-            )
+            sequence = version.writer(pipeline, assets)
             write_only = mdr.PipelineSequence([sequence.stages[0]])
             stats = write_only.launch_local(
                 name=context.asset_key.to_user_string(), num_workers=settings.num_workers
@@ -233,7 +226,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
 
     # input -----------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
-        mode = _unwrap(context.definition_metadata.get(LOAD_KEY, "table"))
+        mode = unwrap_metadata(context.definition_metadata.get(LOAD_KEY, "table"))
         if mode not in LOAD_MODES:
             raise ValueError(
                 f"input {context.name!r}: metadata {LOAD_KEY}={mode!r} is not one of {LOAD_MODES}"
@@ -318,8 +311,6 @@ class RefinerFileIOManager(_RefinerIOManager):
 
 
 # helpers ---------------------------------------------------------------------------
-def _unwrap(value: Any) -> Any:
-    return getattr(value, "value", value)
 
 
 def _as_pipeline(obj: Any, where: str) -> mdr.Pipeline:
@@ -352,7 +343,7 @@ def _dataset_path(context: dg.InputContext) -> list[str]:
     """The dataset asset behind an input (a finalization asset points at its dataset)."""
     upstream = context.upstream_output
     metadata = upstream.definition_metadata if upstream is not None else {}
-    dataset = _unwrap((metadata or {}).get(DATASET_KEY))
+    dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
     if dataset:
         return dg.AssetKey.from_user_string(str(dataset)).path
     return list(context.asset_key.path)

@@ -17,27 +17,22 @@ from typing import Any
 
 import dagster as dg
 
-# (summary key, label in the markdown table): what a finalization records.
-SUMMARY_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("rows_read", "Rows read"),
-    ("rows_written", "Rows written"),
-    ("files_written", "Table files"),
-    ("bytes_written", "Table bytes"),
-    ("assets_written", "Assets written"),
-    ("asset_bytes", "Asset bytes"),
-    ("blocks_written", "Blocks"),
-    ("block_bytes", "Block bytes"),
-    ("blobs_coalesced", "Blobs coalesced"),
-    ("references_coalesced", "References coalesced"),
-    ("bytes_coalesced", "Bytes coalesced"),
-    ("ranges_copied", "Ranges copied"),
-    ("bytes_range_copied", "Bytes copied by range"),
-    ("missing_assets", "Missing assets"),
-    ("cells_nulled", "Cells set to null"),
-    ("rows_dropped", "Rows dropped"),
-    ("rejected_attempts_removed", "Rejected attempts removed"),
-    ("files_removed", "Files removed"),
-    ("shards", "Shards"),
+from refiner_core.execution.attempts import COUNTER_KEYS
+from refiner_core.execution.progress import human_bytes
+
+_LABELS = {
+    "files_written": "Table files",
+    "bytes_written": "Table bytes",
+    "blocks_written": "Blocks",
+    "bytes_range_copied": "Bytes copied by range",
+    "cells_nulled": "Cells set to null",
+}
+
+# (summary key, label in the markdown table): the engine's counters, then what only a
+# finalization records.
+SUMMARY_COUNTERS: tuple[tuple[str, str], ...] = tuple(
+    (key, _LABELS.get(key, key.replace("_", " ").capitalize()))
+    for key in (*COUNTER_KEYS, "rejected_attempts_removed", "files_removed", "shards")
 )
 
 _BYTE_KEYS = {
@@ -52,16 +47,6 @@ _BYTE_KEYS = {
 def _int(summary: dict[str, Any], key: str) -> int:
     value = summary.get(key, 0)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
-def human_bytes(n: int) -> str:
-    """``1536`` -> ``'1.5 KiB'``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

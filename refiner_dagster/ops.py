@@ -23,6 +23,7 @@ import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
+from refiner_core.execution.attempts import committed_counters
 
 from .metadata import counters_metadata, summary_metadata
 from .storage import short_run_id
@@ -151,11 +152,7 @@ def build_write_op(
     def _write(context: dg.OpExecutionContext, task: WriteTask) -> dg.Output:
         stage = _build(build_sequence).stages[0]
         manifests = stage.run_task(list(task.shards), run_id=task.run_id)
-        totals: dict[str, int] = {}
-        for manifest in manifests:
-            for key, value in manifest.get("counters", {}).items():
-                if isinstance(value, int) and not isinstance(value, bool):
-                    totals[key] = totals.get(key, 0) + value
+        totals = committed_counters(manifests)
         context.log.info(
             f"task {task.index}: {len(manifests)} shard(s), {totals.get('rows_written', 0)} rows"
         )

@@ -149,7 +149,6 @@ def list_source_files(
     pattern: str = "*",
     storage_options: Mapping[str, Any] | None = None,
     min_age_seconds: float = 0.0,
-    now: float | None = None,
 ) -> list[SourceFile]:
     """List the files under ``url`` that match ``pattern``, sorted by relative path.
 
@@ -163,7 +162,7 @@ def list_source_files(
     if not fs.exists(root):
         return []
     local = _is_local(fs)
-    now = time.time() if now is None else now
+    now = time.time()
     found: list[SourceFile] = []
     for path, info in fs.find(root, detail=True).items():
         if info.get("type") == "directory":

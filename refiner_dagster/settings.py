@@ -59,8 +59,13 @@ class AssetSettings:
     finalize_inline: bool
 
 
-def _unwrap(value: Any) -> Any:
-    """Metadata values may arrive wrapped (``MetadataValue``); take the raw value."""
+def unwrap_metadata(value: Any) -> Any:
+    """Metadata values may arrive wrapped (``MetadataValue``); take the raw value.
+
+    >>> import dagster as dg
+    >>> unwrap_metadata(dg.MetadataValue.text("jsonl")), unwrap_metadata(3)
+    ('jsonl', 3)
+    """
     return getattr(value, "value", value)
 
 
@@ -88,7 +93,7 @@ def resolve_settings(
         if name not in SETTING_KEYS:
             known = ", ".join(METADATA_PREFIX + k for k in SETTING_KEYS)
             raise ValueError(f"{where}: unknown metadata key {key!r}; known keys: {known}")
-        values[name] = _unwrap(raw)
+        values[name] = unwrap_metadata(raw)
     fmt = values["format"]
     if fmt not in FORMATS:
         raise ValueError(

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -92,7 +93,7 @@ class DatasetVersion:
     name: str
     record: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def folder(self) -> mdr.DataFolder:
         return self.storage.partition_folder(self.asset_path, self.partition_key)
 
@@ -116,6 +117,18 @@ class DatasetVersion:
     def storage_options(self) -> dict[str, Any]:
         return self.storage.storage_options
 
+    def writer(self, pipeline: mdr.Pipeline, assets: Any) -> mdr.PipelineSequence:
+        """``pipeline`` writing this version's table with ``assets`` (a Lance version is
+        always a new dataset)."""
+        options = {"mode": "create"} if self.format == "lance" else {}
+        return pipeline.write(
+            self.format,
+            self.url,
+            assets=assets,
+            storage_options=self.storage_options or None,
+            **options,
+        )
+
     def output_folder(self) -> mdr.DataFolder:
         return mdr.DataFolder(self.url, self.storage.storage_options or None)
 
@@ -130,6 +143,16 @@ class DatasetVersion:
     def describe(self) -> str:
         where = f" partition {self.partition_key!r}" if self.partition_key is not None else ""
         return f"asset {'/'.join(self.asset_path)}{where} version {self.name} ({self.url})"
+
+
+def one_version(loaded: Any, who: str) -> DatasetVersion:
+    """The one version an IO manager load returned (a dict when partitioned); ``who``
+    names the asset or check in the error when there are several."""
+    if isinstance(loaded, dict):
+        if len(loaded) != 1:
+            raise ValueError(f"{who} runs on one partition at a time, got {len(loaded)}")
+        (loaded,) = loaded.values()
+    return loaded
 
 
 class DatasetStorage:
@@ -161,15 +184,6 @@ class DatasetStorage:
         return mdr.DataFolder(self._root.url_of(relative), self.storage_options or None)
 
     # versions -----------------------------------------------------------------
-    def version(
-        self, asset_path: Sequence[str], partition_key: str | None, name: str
-    ) -> DatasetVersion:
-        """The version ``name`` with its persisted record (empty when none was written)."""
-        folder = self.partition_folder(asset_path, partition_key)
-        record_path = f"{VERSIONS_DIR}/{name}.json"
-        record = json.loads(folder.read_bytes(record_path)) if folder.exists(record_path) else {}
-        return DatasetVersion(self, list(asset_path), partition_key, name, record)
-
     def versions(
         self, asset_path: Sequence[str], partition_key: str | None
     ) -> list[DatasetVersion]:

@@ -14,7 +14,8 @@ def _human(n: float) -> str:
     return f"{n:.1f}P"
 
 
-def _bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -51,9 +52,7 @@ class StageProgress:
 
     def _detail(self) -> str:
         elapsed = max(1e-9, time.monotonic() - self.started)
-        return (
-            f"{_human(self.rows)} rows, {_bytes(self.bytes)}, {_human(self.rows / elapsed)} rows/s"
-        )
+        return f"{_human(self.rows)} rows, {human_bytes(self.bytes)}, {_human(self.rows / elapsed)} rows/s"
 
     def update(self, rows: int = 0, nbytes: int = 0, shards: int = 0) -> None:
         self.rows += rows

@@ -16,6 +16,7 @@ import sys
 import dagster as dg
 
 from refiner_dagster.demo.data import demo_data_dir
+from refiner_dagster.settings import unwrap_metadata
 
 # (asset, counters worth showing for it)
 _SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -42,16 +43,12 @@ _SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _value(entry: object) -> object:
-    return getattr(entry, "value", entry)
-
-
 def latest_metadata(instance: dg.DagsterInstance, asset: str) -> dict[str, object] | None:
     """Raw metadata of ``asset``'s latest materialization, or ``None``."""
     event = instance.get_latest_materialization_event(dg.AssetKey(asset))
     if event is None or event.asset_materialization is None:
         return None
-    return {k: _value(v) for k, v in event.asset_materialization.metadata.items()}
+    return {k: unwrap_metadata(v) for k, v in event.asset_materialization.metadata.items()}
 
 
 def render(instance: dg.DagsterInstance) -> tuple[str, bool]:
