@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from .base import AssetWriterBase
 from .blocks import BlockWriter
-from .coalesce import plan_coalescing
+from .coalesce import coalescing_candidates
 from .columns import AssetColumn, asset_columns
 from .fetch import MissingAsset, Source, is_remote, open_source, source_size
 
@@ -84,9 +84,7 @@ class BlobAssetWriter(AssetWriterBase):
             and not column.info.is_list
             and self.config.missing_policy == "error"
         ):
-            whole = await self.in_thread(
-                plan_coalescing, values, lambda p: source_size(p, self.filesystems)
-            )
+            whole = await self._whole_blobs(values)
         copied: dict[str, tuple[str, int]] = {}
         copies: list[asyncio.Future] = []  # server-side whole-blob copies, run concurrently
         form = column.info.form
@@ -104,7 +102,7 @@ class BlobAssetWriter(AssetWriterBase):
 
         def schedule() -> None:
             for row, element, value in jobs:
-                # plan_coalescing validated every reference of the column already
+                # coalescing_candidates validated every reference of the column already
                 if whole and value["path"] in whole:
                     prefetch.append((row, element, value, None))
                 elif not is_remote(value, form):
@@ -184,6 +182,20 @@ class BlobAssetWriter(AssetWriterBase):
             if isinstance(outcome, BaseException):
                 raise outcome
         return results
+
+    async def _whole_blobs(self, values: list[Any]) -> dict[str, int]:
+        """Source blobs (→ size) covered entirely by the references in ``values``; the
+        candidates are sized concurrently (a HEAD each on object stores)."""
+        candidates = coalescing_candidates(values)
+
+        def covered(path: str) -> bool:
+            try:
+                return source_size(path, self.filesystems) == candidates[path]
+            except Exception:  # missing or unreadable: the per-range path reports it
+                return False
+
+        found = await asyncio.gather(*(self.in_thread(covered, path) for path in candidates))
+        return {path: candidates[path] for path, ok in zip(candidates, found, strict=True) if ok}
 
     async def _copy_whole(
         self, block: BlockWriter, path: str, size: int, copies: list, fail: Any

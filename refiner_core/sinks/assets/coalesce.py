@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from ...io.blob import validate_reference
 
 
-def covers_exactly(ranges: list[tuple[int, int]], size: int) -> bool:
-    """True when the union of ``(offset, size)`` ranges is exactly ``[0, size)`` with no gap."""
+def contiguous_reach(ranges: list[tuple[int, int]]) -> int | None:
+    """End of the union of ``(offset, size)`` ranges when it is one run from 0 with no
+    gap; ``None`` otherwise.
+
+    >>> contiguous_reach([(4, 6), (0, 5)]), contiguous_reach([(0, 2), (3, 1)])
+    (10, None)
+    """
     reach = 0
     for offset, length in sorted(ranges):
         if offset > reach:
-            return False
+            return None
         reach = max(reach, offset + length)
-    return reach == size
+    return reach
 
 
-def plan_coalescing(values: list[Any], blob_size: Callable[[str], int]) -> dict[str, int]:
-    """Source paths (→ exact size) whose references in ``values`` cover the whole blob.
+def coalescing_candidates(values: list[Any]) -> dict[str, int]:
+    """Source paths whose references in ``values`` form one run from offset 0, with
+    the end of that run: the blob is covered entirely when its size is that end.
 
     ``values`` are the column's cells (``None`` skipped). Any malformed reference
     disables coalescing for the whole column, which then uses per-range copies.
+
+    >>> refs = [{"path": "a", "offset": 0, "size": 4}, {"path": "b", "offset": 2, "size": 2}]
+    >>> coalescing_candidates(refs)
+    {'a': 4}
     """
     groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for value in values:
@@ -34,14 +43,5 @@ def plan_coalescing(values: list[Any], blob_size: Callable[[str], int]) -> dict[
         except ValueError:
             return {}
         groups[path].append((offset, size))
-    whole: dict[str, int] = {}
-    for path, ranges in groups.items():
-        try:
-            size = blob_size(path)
-        except Exception:
-            continue
-        if any(o + s > size for o, s in ranges):
-            continue
-        if covers_exactly(ranges, size):
-            whole[path] = size
-    return whole
+    candidates = {path: contiguous_reach(ranges) for path, ranges in groups.items()}
+    return {path: reach for path, reach in candidates.items() if reach is not None}
