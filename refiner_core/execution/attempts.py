@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -44,6 +45,19 @@ def new_run_id() -> str:
 
 def attempt_key(shard_id: str, attempt_id: str) -> str:
     return f"{shard_id}__{attempt_id}"
+
+
+_ATTEMPT_KEY = re.compile(rf"(?P<shard>{SHARD_ID_PATTERN})__(?P<attempt>{ATTEMPT_ID_PATTERN})\Z")
+
+
+def parse_attempt_key(name: str) -> tuple[str, str] | None:
+    """``(shard_id, attempt_id)`` of a name made by :func:`attempt_key`, else ``None``.
+
+    >>> parse_attempt_key(attempt_key("00003", "0123456789ab"))
+    ('00003', '0123456789ab')
+    """
+    match = _ATTEMPT_KEY.match(name)
+    return (match["shard"], match["attempt"]) if match else None
 
 
 def manifest_path(shard_id: str, attempt_id: str) -> str:

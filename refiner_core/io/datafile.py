@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -178,9 +179,10 @@ class DataFolder:
             return []
         return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
 
-    def listdir(self, relative: str) -> list[str]:
-        """Names of the entries directly in ``relative`` (one listing; empty if it is absent)."""
-        base = self.join(relative)
+    def listdir(self, relative: str = "") -> list[str]:
+        """Names of the entries directly in ``relative`` (this folder when empty; one
+        listing; empty if it is absent)."""
+        base = self.join(relative) if relative else self.path
         try:
             entries = self.fs.ls(base, detail=False, refresh=True)
         except FileNotFoundError:
@@ -231,7 +233,7 @@ class DataFolder:
         if is_local(self.fs):
             directory, name = os.path.split(target)
             os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp = os.path.join(directory, temp_name(name))
             try:
                 with open(tmp, "wb") as f:
                     yield f
@@ -245,6 +247,24 @@ class DataFolder:
 
         with open_output(self.fs, target, size_hint=size_hint) as f:
             yield f
+
+
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{8}\.tmp\Z")
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a local atomic write of ``name`` uses until it completes."""
+    return f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+def completed_name(temp: str) -> str | None:
+    """The file name a :func:`temp_name` would have become, else ``None``.
+
+    >>> completed_name(temp_name("part-00001.parquet"))
+    'part-00001.parquet'
+    """
+    match = _TEMP_NAME.match(temp)
+    return match["name"] if match else None
 
 
 def check_relative(relative: str, *, what: str) -> str:

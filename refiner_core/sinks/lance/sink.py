@@ -341,14 +341,15 @@ class LanceFinalizeStage(FinalizeStage):
     through their journals.
     """
 
-    def select_manifests(self, manifests: list[dict[str, Any]], run_id: str | None) -> list:
-        self._run_id = run_id
+    def select_manifests(self, manifests: list[dict[str, Any]], run_id: str) -> list:
         return [m for m in manifests if m["run_id"] == run_id]
 
-    def _remove_orphans(self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]]) -> int:
+    def _remove_orphans(
+        self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]], run_id: str
+    ) -> int:
         removed = 0
         folder = self.sink.folder
-        for relative, entry in self.sink.journals(getattr(self, "_run_id", None)):
+        for relative, entry in self.sink.journals(run_id):
             key = (entry["shard_id"], entry["attempt_id"])
             if key not in keep:
                 for path in [*entry.get("data_files", []), entry.get("asset_dir")]:
