@@ -28,7 +28,7 @@ class ShardedStage:
     def name(self) -> str:
         return f"run {self.pipeline.source.name}"
 
-    def plan(self, run_id: str | None = None) -> list[Any]:
+    def plan(self, run_id: str) -> list[Any]:
         return self.pipeline.plan()
 
     def run_task(self, shards: list[Any], *, run_id: str) -> list[dict[str, Any]]:
@@ -51,7 +51,7 @@ class ShardedStage:
         attempt_id = attempt_id or new_attempt_id()
         started = time.time()
         counters = ShardCounters()
-        written = worker.run(self._execute(shard, attempt_id, worker, counters, progress))
+        written = worker.run(self._execute(shard, attempt_id, run_id, worker, counters, progress))
         totals = {"rows_read": counters.rows_read, **written.get("counters", {})}
         manifest = make_manifest(
             run_id=run_id,
@@ -68,7 +68,9 @@ class ShardedStage:
     def persist(self, manifest: dict[str, Any]) -> None:
         """Plain runs keep manifests in memory only."""
 
-    async def _execute(self, shard, attempt_id, worker, counters, progress) -> dict[str, Any]:
+    async def _execute(
+        self, shard, attempt_id, run_id, worker, counters, progress
+    ) -> dict[str, Any]:
         rows = 0
         async for block in shard_blocks(
             self.pipeline, shard, ShardContext(shard.id, worker), counters
@@ -93,7 +95,7 @@ class WriteStage(ShardedStage):
     def name(self) -> str:
         return self.sink.describe()
 
-    def plan(self, run_id: str | None = None) -> list[Any]:
+    def plan(self, run_id: str) -> list[Any]:
         shards = self.pipeline.plan()
         self.sink.prepare(run_id)
         return shards
@@ -101,9 +103,11 @@ class WriteStage(ShardedStage):
     def persist(self, manifest: dict[str, Any]) -> None:
         write_manifest(self.sink.folder, manifest)
 
-    async def _execute(self, shard, attempt_id, worker, counters, progress) -> dict[str, Any]:
+    async def _execute(
+        self, shard, attempt_id, run_id, worker, counters, progress
+    ) -> dict[str, Any]:
         builder = SchemaBuilder(self.pipeline.declared_fields(), self.pipeline.source.schema_hint())
-        writer = self.sink.open_attempt(shard.id, attempt_id)
+        writer = self.sink.open_attempt(shard.id, attempt_id, run_id)
         rows = 0
         try:
             async for block in shard_blocks(

@@ -57,7 +57,7 @@ class FileSink:
         }
         self.folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
 
-    def open_attempt(self, shard_id: str, attempt_id: str) -> FileAttemptWriter:
+    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
         return FileAttemptWriter(self, shard_id, attempt_id)
 
     def finalize_stages(self) -> list[Any]:

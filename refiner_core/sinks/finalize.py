@@ -27,6 +27,16 @@ def _completed_relative(relative: str) -> str | None:
     return posixpath.join(directory, name) if directory else name
 
 
+def remove_attempt(folder: Any, manifest: dict[str, Any]) -> int:
+    """Delete an attempt's files, asset folders and manifest; returns how many files
+    and folders it named."""
+    named = [*manifest.get("files", []), *manifest.get("asset_dirs", [])]
+    for relative in named:
+        folder.rm(relative, recursive=True)
+    folder.rm(manifest_path(manifest["shard_id"], manifest["attempt_id"]))
+    return len(named)
+
+
 class FinalizeStage:
     """Reducer over persisted manifests; runs once after the write stage, and is idempotent.
 
@@ -59,13 +69,9 @@ class FinalizeStage:
         files_removed = 0
         for m in manifests:
             key = (m["shard_id"], m["attempt_id"])
-            if key in keep:
-                continue
-            rejected.add(key)
-            for relative in [*m.get("files", []), *m.get("asset_dirs", [])]:
-                folder.rm(relative, recursive=True)
-                files_removed += 1
-            folder.rm(manifest_path(*key))
+            if key not in keep:
+                rejected.add(key)
+                files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
 
         totals = committed_counters(committed.values())

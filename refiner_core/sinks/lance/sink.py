@@ -11,10 +11,10 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import RefinerError
-from ...execution.attempts import manifest_path, read_manifests
+from ...execution.attempts import read_manifests
 from ...io.datafile import is_local
 from ..files import FileSink
-from ..finalize import FinalizeStage
+from ..finalize import FinalizeStage, remove_attempt
 from .dataset import (
     commit_fragments,
     dataset_schema,
@@ -25,7 +25,7 @@ from .dataset import (
     schema_from_text,
 )
 from .isolation import call_isolated
-from .writer import STATE_DIR, LanceAttemptWriter, state_path
+from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
 MODES = ("create", "append", "overwrite")
 # A version claim older than this belongs to a finalization that died; it is taken over.
@@ -102,11 +102,13 @@ class LanceSink(FileSink):
     def _latest(self) -> int | None:
         return call_isolated(latest_version, self.url, self.lance_options)
 
-    def prepare(self, run_id: str | None) -> None:
+    def prepare(self, run_id: str) -> None:
         """Pin the version this run builds on (checked again at commit); refuse a bad mode."""
-        if run_id is not None and self.folder.exists(state_path("runs", run_id)):
+        try:
             self._state = json.loads(self.folder.read_bytes(state_path("runs", run_id)))
             return
+        except FileNotFoundError:
+            pass
         version = self._latest()
         if version is not None and self.mode == "create":
             raise ValueError(
@@ -121,32 +123,21 @@ class LanceSink(FileSink):
             "read_version": version,
             "prepared_at": time.time(),
         }
-        if run_id is not None:
-            self.folder.write_bytes(state_path("runs", run_id), json.dumps(state).encode())
+        self.folder.write_bytes(state_path("runs", run_id), json.dumps(state).encode())
         self._state = state
 
-    def _load_state(self, run_id: str) -> dict[str, Any]:
+    def run_state(self, run_id: str) -> dict[str, Any]:
+        """The state :meth:`prepare` recorded for ``run_id`` (read once per process)."""
+        if self._state is not None and self._state["run_id"] == run_id:
+            return self._state
         relative = state_path("runs", run_id)
-        if not self.folder.exists(relative):
+        try:
+            self._state = json.loads(self.folder.read_bytes(relative))
+        except FileNotFoundError:
             raise ValueError(
                 f"write_lance {self.url}: run {run_id} never started its write stage here "
                 f"({self.folder.url_of(relative)} is missing); launch the whole sequence"
-            )
-        return json.loads(self.folder.read_bytes(relative))
-
-    def writing_state(self) -> dict[str, Any]:
-        """The state of the run being written (also in a process that never ran prepare)."""
-        if self._state is not None:
-            return self._state
-        open_runs = []
-        for relative in self.folder.find(f"{STATE_DIR}/runs"):
-            state = json.loads(self.folder.read_bytes(relative))
-            if not self.folder.exists(state_path("commits", state["run_id"])):
-                open_runs.append(state)
-        if open_runs:
-            self._state = max(open_runs, key=lambda s: s["prepared_at"])
-        else:
-            self.prepare(None)
+            ) from None
         return self._state
 
     def schema_for(self, schema: pa.Schema, state: dict[str, Any], *, where: str) -> pa.Schema:
@@ -181,8 +172,8 @@ class LanceSink(FileSink):
             "max_rows_per_group": self.max_rows_per_group,
         }
 
-    def open_attempt(self, shard_id: str, attempt_id: str) -> LanceAttemptWriter:
-        return LanceAttemptWriter(self, shard_id, attempt_id)
+    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> LanceAttemptWriter:
+        return LanceAttemptWriter(self, shard_id, attempt_id, self.run_state(run_id))
 
     def finalize_stages(self) -> list[Any]:
         return [LanceFinalizeStage(self)]
@@ -203,13 +194,10 @@ class LanceSink(FileSink):
         folder = self.folder
         for m in read_manifests(folder):
             if m["run_id"] == run_id:
-                for relative in [*m.get("files", []), *m.get("asset_dirs", [])]:
-                    folder.rm(relative, recursive=True)
-                folder.rm(manifest_path(m["shard_id"], m["attempt_id"]))
+                remove_attempt(folder, m)
         for relative, entry in self.journals(run_id):
-            for path in [*entry.get("data_files", []), entry.get("asset_dir")]:
-                if path:
-                    folder.rm(path, recursive=True)
+            for path in journal_paths(entry):
+                folder.rm(path, recursive=True)
             folder.rm(relative)
         record = {"run_id": run_id, "status": "failed", "kind": kind, "error": message}
         folder.write_bytes(state_path("commits", run_id), json.dumps(record).encode())
@@ -290,7 +278,7 @@ class LanceSink(FileSink):
         """Commit every kept fragment in one Lance transaction, exactly once per run."""
         if run_id is None:
             raise ValueError(f"write_lance {self.url}: finalization needs the run id")
-        state = self._load_state(run_id)
+        state = self.run_state(run_id)
         marker = state_path("commits", run_id)
         if self.folder.exists(marker):
             record = json.loads(self.folder.read_bytes(marker))
@@ -352,8 +340,8 @@ class LanceFinalizeStage(FinalizeStage):
         for relative, entry in self.sink.journals(run_id):
             key = (entry["shard_id"], entry["attempt_id"])
             if key not in keep:
-                for path in [*entry.get("data_files", []), entry.get("asset_dir")]:
-                    if path and folder.exists(path):
+                for path in journal_paths(entry):
+                    if folder.exists(path):  # counted once: a rejected manifest may have removed it
                         folder.rm(path, recursive=True)
                         removed += 1
                 rejected.add(key)

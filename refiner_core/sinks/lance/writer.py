@@ -57,6 +57,11 @@ def _write_fragments(spec: dict[str, Any], batches: Iterator[pa.RecordBatch], on
     return [f.to_json() for f in fragments]
 
 
+def journal_paths(entry: dict[str, Any]) -> list[str]:
+    """The data files and asset folder an attempt journal names."""
+    return [*entry.get("data_files", []), *([entry["asset_dir"]] if entry.get("asset_dir") else [])]
+
+
 class _ThreadStream:
     """Streams tables to :func:`_write_fragments` running on a thread of this process."""
 
@@ -189,9 +194,9 @@ class LanceAttemptWriter(FileAttemptWriter):
     attempt that crashed before writing its manifest.
     """
 
-    def __init__(self, sink: Any, shard_id: str, attempt_id: str) -> None:
+    def __init__(self, sink: Any, shard_id: str, attempt_id: str, state: dict[str, Any]) -> None:
         super().__init__(sink, shard_id, attempt_id)
-        self.state = sink.writing_state()
+        self.state = state
         self.journal_path = state_path("journal", attempt_key(shard_id, attempt_id))
         self.asset_dir = getattr(self.assets, "attempt_dir", None)
         self.data_files: list[str] = []
@@ -258,9 +263,8 @@ class LanceAttemptWriter(FileAttemptWriter):
         if self._stream is not None:
             self._stream.abort()
         folder = self.sink.folder
-        with contextlib.suppress(Exception):
-            if folder.exists(self.journal_path):
-                self.data_files += json.loads(folder.read_bytes(self.journal_path))["data_files"]
+        with contextlib.suppress(Exception):  # no journal yet: nothing more to delete
+            self.data_files += json.loads(folder.read_bytes(self.journal_path))["data_files"]
         for relative in [*self.data_files, *([self.asset_dir] if self.asset_dir else [])]:
             with contextlib.suppress(Exception):
                 folder.rm(relative, recursive=True)
