@@ -151,11 +151,11 @@ def test_dynamic_partitions_per_file(tmp_path: Path) -> None:
         url=str(tmp_path),
         target=[per_file],
         partitions_def=DROPS,
-        run_config_fn=lambda f: {"ops": {}} if f.size >= 0 else {},
+        run_config_fn=lambda f: {"ops": {}} if f.size > 1 else {},
         tags={"team": "robotics"},
     )
     write(tmp_path / "a.parquet", b"a")
-    write(tmp_path / "b.parquet", b"b")
+    write(tmp_path / "b.parquet", b"bb")
     with dg.instance_for_test() as instance:
         result = tick(sensor, None, instance)
         (add,) = result.dynamic_partitions_requests
@@ -164,6 +164,8 @@ def test_dynamic_partitions_per_file(tmp_path: Path) -> None:
         assert list(add.partition_keys) == ["a.parquet", "b.parquet"]
         assert [r.partition_key for r in result.run_requests] == ["a.parquet", "b.parquet"]
         assert all(r.tags["team"] == "robotics" for r in result.run_requests)
+        # run_config_fn sees each file: only the larger one gets a config
+        assert [r.run_config for r in result.run_requests] == [{}, {"ops": {}}]
 
         # Apply the request as the daemon would, then run one requested partition.
         instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
