@@ -30,6 +30,15 @@ def apply_fields(table: pa.Table, fields: dict[str, pa.Field], *, where: str) ->
     return pa.Table.from_arrays(columns, schema=pa.schema(new_fields, metadata=schema.metadata))
 
 
+def projected_schema(
+    schema: pa.Schema, columns: list[str] | None, fields: dict[str, pa.Field]
+) -> pa.Schema:
+    """``schema`` narrowed to ``columns`` (all when ``None``) with ``fields`` applied."""
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+    return schema_with_fields(schema, fields)
+
+
 def schema_with_fields(schema: pa.Schema, fields: dict[str, pa.Field]) -> pa.Schema:
     """``schema`` with declared fields replacing their namesakes."""
     return pa.schema([fields.get(f.name, f) for f in schema], metadata=schema.metadata)

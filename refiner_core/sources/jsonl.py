@@ -50,13 +50,13 @@ class JsonlSource:
             storage_options=self.storage_options,
             what="read_jsonl",
         )
-        sizes = [(path, int(fs.size(path))) for fs, path in files]
+        sizes = [(full_url(fs, path), int(fs.size(path))) for fs, path in files]
         piece = self.target_shard_bytes
         if self.num_shards is not None:
             piece = max(1, -(-sum(size for _, size in sizes) // self.num_shards))
         ranges = [
-            (path, start, min(size, start + piece))
-            for path, size in sizes
+            (url, start, min(size, start + piece))
+            for url, size in sizes
             for start in range(0, size, piece)
         ]
         groups = group_runs(
@@ -71,15 +71,12 @@ class JsonlSource:
         return None
 
     def read(self, shard: Shard, *, batch_rows: int) -> Iterator[list[Row]]:
-        """The lines that start in each ``(path, start, end)`` byte range of the shard."""
-        fs = self._filesystem()
-        for path, start, end in shard.payload:
-            yield from self._read_range(fs, path, start, end, batch_rows)
+        """The lines that start in each ``(url, start, end)`` byte range of the shard."""
+        for url, start, end in shard.payload:
+            yield from self._read_range(url, start, end, batch_rows)
 
-    def _read_range(
-        self, fs: Any, path: str, start: int, end: int, batch_rows: int
-    ) -> Iterator[list[Row]]:
-        url = full_url(fs, path)
+    def _read_range(self, url: str, start: int, end: int, batch_rows: int) -> Iterator[list[Row]]:
+        fs, path = resolve(url, self.storage_options)
         with fs.open(path, "rb") as f:
             position = start
             if start > 0:
@@ -114,7 +111,3 @@ class JsonlSource:
                     block = []
             if block:
                 yield block
-
-    def _filesystem(self):
-        first = self.inputs if isinstance(self.inputs, str) else list(self.inputs)[0]
-        return resolve(first, self.storage_options)[0]

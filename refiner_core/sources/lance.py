@@ -11,7 +11,7 @@ from ..datatype import fields_from_dtypes
 from ..sinks.lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
 from ..sinks.lance.isolation import call_isolated, iter_isolated
 from ..validation import check_positive
-from .arrow_cast import apply_fields, schema_with_fields
+from .arrow_cast import apply_fields, projected_schema
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
@@ -99,10 +99,7 @@ class LanceSource:
     def schema_hint(self) -> pa.Schema | None:
         if self._schema is None:
             return None
-        schema = self._schema
-        if self.columns is not None:
-            schema = pa.schema([schema.field(c) for c in self.columns], metadata=schema.metadata)
-        return schema_with_fields(schema, self.fields)
+        return projected_schema(self._schema, self.columns, self.fields)
 
     def _fragment_tables(self, version: int, fragment_ids: tuple[int, ...], batch_rows: int):
         dataset = open_dataset(self.url, self.lance_options, version)

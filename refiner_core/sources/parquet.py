@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
 from ..validation import check_positive
-from .arrow_cast import apply_fields, schema_with_fields
+from .arrow_cast import apply_fields, projected_schema
 from .base import (
     DEFAULT_TARGET_SHARD_BYTES,
     Shard,
@@ -78,7 +78,7 @@ class ParquetSource:
                     f"(it has {self._schema.names})"
                 )
         pieces = [
-            (path, rg, max(1, meta.row_group(rg).total_byte_size))
+            (full_url(fs, path), rg, max(1, meta.row_group(rg).total_byte_size))
             for (fs, path), meta in zip(files, metas, strict=True)
             for rg in range(meta.num_row_groups)
         ]
@@ -99,15 +99,12 @@ class ParquetSource:
     def schema_hint(self) -> pa.Schema | None:
         if self._schema is None:
             return None
-        schema = self._schema
-        if self.columns is not None:
-            schema = pa.schema([schema.field(c) for c in self.columns], metadata=schema.metadata)
-        return schema_with_fields(schema, self.fields)
+        return projected_schema(self._schema, self.columns, self.fields)
 
     def read(self, shard: Shard, *, batch_rows: int) -> Iterator[pa.Table]:
-        fs = self._filesystem()
-        for path, row_groups in shard.payload:
-            where = f"read_parquet {full_url(fs, path)}"
+        for url, row_groups in shard.payload:
+            fs, path = resolve(url, self.storage_options)
+            where = f"read_parquet {url}"
             try:
                 with fs.open(path, "rb") as f:
                     pf = pq.ParquetFile(f)
@@ -117,7 +114,3 @@ class ParquetSource:
                         yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise ValueError(f"{where}: cannot read the file: {exc}") from exc
-
-    def _filesystem(self):
-        first = self.inputs if isinstance(self.inputs, str) else list(self.inputs)[0]
-        return resolve(first, self.storage_options)[0]

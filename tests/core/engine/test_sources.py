@@ -170,6 +170,28 @@ def test_read_parquet_num_shards_is_never_exceeded(tmp_path):
     assert ids(pipeline) == list(range(300))
 
 
+def test_inputs_on_different_filesystems_are_each_read_from_their_own(tmp_path):
+    import fsspec
+
+    local = tmp_path / "local.parquet"
+    write_parquet_file(local, 0, 10)
+    memory = fsspec.filesystem("memory")
+    with memory.open("/refiner-test/remote.parquet", "wb") as f:
+        pq.write_table(pa.table({"i": list(range(10, 15))}), f)
+    lines = "".join(json.dumps({"i": i}) + "\n" for i in range(3))
+    memory.pipe("/refiner-test/remote.jsonl", lines.encode())
+    (tmp_path / "local.jsonl").write_text(json.dumps({"i": 3}) + "\n")
+    try:
+        parquet = mdr.read_parquet([str(local), "memory://refiner-test/remote.parquet"])
+        assert sorted(ids(parquet)) == list(range(15))
+        jsonl = mdr.read_jsonl(
+            ["memory://refiner-test/remote.jsonl", str(tmp_path / "local.jsonl")]
+        )
+        assert sorted(r.i for r in jsonl.materialize()) == [0, 1, 2, 3]
+    finally:
+        memory.rm("/refiner-test", recursive=True)
+
+
 def test_read_jsonl_bad_line_names_file_and_byte(tmp_path):
     path = tmp_path / "broken.jsonl"
     path.write_text('{"a": 1}\n{"a": \n')
