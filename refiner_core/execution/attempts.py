@@ -15,11 +15,7 @@ LAYOUT_PATH = "_refiner/layout.json"
 ATTEMPT_ID_PATTERN = r"[0-9a-f]{12}"
 SHARD_ID_PATTERN = r"\d{5}"
 
-COUNTER_KEYS = (
-    "rows_read",
-    "rows_written",
-    "files_written",
-    "bytes_written",
+ASSET_COUNTER_KEYS = (
     "assets_written",
     "asset_bytes",
     "blocks_written",
@@ -33,6 +29,7 @@ COUNTER_KEYS = (
     "cells_nulled",
     "rows_dropped",
 )
+COUNTER_KEYS = ("rows_read", "rows_written", "files_written", "bytes_written", *ASSET_COUNTER_KEYS)
 
 
 def new_attempt_id() -> str:

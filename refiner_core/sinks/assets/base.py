@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...datatype import with_asset_form
+from ...execution.attempts import ASSET_COUNTER_KEYS
 from ...io.datafile import is_local
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
@@ -36,20 +37,7 @@ class AssetWriterBase:
         self.attempt_dir = f"{config.subdir}/{attempt}"
         self.filesystems = Filesystems(folder.fs.protocol, folder.storage_options)
         self.local_output = is_local(folder.fs)
-        self.counters: dict[str, int] = {
-            "assets_written": 0,
-            "asset_bytes": 0,
-            "blocks_written": 0,
-            "block_bytes": 0,
-            "blobs_coalesced": 0,
-            "references_coalesced": 0,
-            "bytes_coalesced": 0,
-            "ranges_copied": 0,
-            "bytes_range_copied": 0,
-            "missing_assets": 0,
-            "cells_nulled": 0,
-            "rows_dropped": 0,
-        }
+        self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)
         self._executor: ThreadPoolExecutor | None = None
         self._touched = False
 

@@ -32,8 +32,8 @@ class BlobAssetWriter(AssetWriterBase):
         super().__init__(config, folder, attempt)
         self.blocks: dict[str, BlockWriter] = {}
         self._lock = asyncio.Lock()
-        self._held: list[tuple[pa.Table, str, int]] = []
-        self._held_rows = 0
+        self._held: list[pa.Table] = []
+        self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
 
     def _block(self, column: AssetColumn) -> BlockWriter:
         writer = self.blocks.get(column.name)
@@ -43,18 +43,23 @@ class BlobAssetWriter(AssetWriterBase):
             self.blocks[column.name] = writer
         return writer
 
-    def _coalescible(self, schema: pa.Schema) -> bool:
-        return self.config.missing_policy == "error" and any(
-            c.info.form == "blob" and not c.info.is_list for c in asset_columns(schema)
+    def _coalesces(self, column: AssetColumn) -> bool:
+        """Whether whole source blobs of ``column`` may be copied once (SPEC: scalar
+        blob references under the ``error`` policy)."""
+        return (
+            self.config.missing_policy == "error"
+            and column.info.form == "blob"
+            and not column.info.is_list
         )
 
     async def process(self, table: pa.Table, *, shard_id: str, first_row: int) -> list[pa.Table]:
         async with self._lock:
-            if not self._coalescible(table.schema):
+            if not any(self._coalesces(c) for c in asset_columns(table.schema)):
                 return [await self.process_table(table, shard_id=shard_id, first_row=first_row)]
-            self._held.append((table, shard_id, first_row))
-            self._held_rows += table.num_rows
-            if self._held_rows < DEFER_MAX_ROWS:
+            if not self._held:
+                self._held_from = (shard_id, first_row)
+            self._held.append(table)
+            if sum(t.num_rows for t in self._held) < DEFER_MAX_ROWS:
                 return []
             return await self._release()
 
@@ -65,9 +70,8 @@ class BlobAssetWriter(AssetWriterBase):
     async def _release(self) -> list[pa.Table]:
         if not self._held:
             return []
-        tables = [t for t, _, _ in self._held]
-        shard_id, first_row = self._held[0][1], self._held[0][2]
-        self._held, self._held_rows = [], 0
+        tables, (shard_id, first_row) = self._held, self._held_from
+        self._held = []
         combined = (
             pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
         )
@@ -79,11 +83,7 @@ class BlobAssetWriter(AssetWriterBase):
         block = self._block(column)
         results: list[Any] = list(values)
         whole: dict[str, int] = {}
-        if (
-            column.info.form == "blob"
-            and not column.info.is_list
-            and self.config.missing_policy == "error"
-        ):
+        if self._coalesces(column):
             whole = await self._whole_blobs(values)
         copied: dict[str, tuple[str, int]] = {}
         copies: list[asyncio.Future] = []  # server-side whole-blob copies, run concurrently
