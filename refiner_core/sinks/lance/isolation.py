@@ -76,6 +76,27 @@ def child_result(fn: Callable[..., Any], args: tuple, write_fd: int) -> None:
         f.write(data)
 
 
+def write_table_frame(out: Any, table: pa.Table | None) -> None:
+    """Write ``table`` to ``out`` as one length-prefixed Arrow IPC stream; ``None``
+    writes the zero-length frame that ends a stream."""
+    if table is None:
+        out.write((0).to_bytes(8, "little"))
+        return
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    buffer = sink.getvalue()
+    out.write(buffer.size.to_bytes(8, "little"))
+    out.write(buffer)
+
+
+def read_table_frames(f: Any) -> Iterator[pa.Table]:
+    """The tables :func:`write_table_frame` wrote to ``f``, up to the ending frame;
+    ``EOFError`` when the stream stops before it (the writer died)."""
+    while size := int.from_bytes(read_exactly(f, 8), "little"):
+        yield pa.ipc.open_stream(pa.py_buffer(read_exactly(f, size))).read_all()
+
+
 def _frame(data: bytes) -> bytes:
     return len(data).to_bytes(8, "little") + data
 
@@ -220,12 +241,8 @@ def iter_isolated(fn: Callable[..., Iterator[pa.Table]], *args: Any) -> Iterator
         try:
             with os.fdopen(data_w, "wb") as out:
                 for table in fn(*args):
-                    sink = pa.BufferOutputStream()
-                    with pa.ipc.new_stream(sink, table.schema) as writer:
-                        writer.write_table(table)
-                    buffer = sink.getvalue()
-                    out.write(buffer.size.to_bytes(8, "little"))
-                    out.write(buffer)
+                    write_table_frame(out, table)
+                write_table_frame(out, None)
             os.close(error_w)
         except BaseException as exc:
             with os.fdopen(error_w, "wb") as f:
@@ -234,15 +251,14 @@ def iter_isolated(fn: Callable[..., Iterator[pa.Table]], *args: Any) -> Iterator
             os._exit(0)
     os.close(data_w)
     os.close(error_w)
-    finished = False
+    finished = complete = False
     try:
         with os.fdopen(data_r, "rb") as f:
-            while True:
-                try:
-                    size = int.from_bytes(read_exactly(f, 8), "little")
-                except EOFError:
-                    break
-                yield pa.ipc.open_stream(pa.py_buffer(read_exactly(f, size))).read_all()
+            try:
+                yield from read_table_frames(f)
+                complete = True
+            except EOFError:
+                pass  # the child failed (its error follows) or died
         with os.fdopen(error_r, "rb") as f:
             error_r = -1
             data = f.read()
@@ -255,3 +271,5 @@ def iter_isolated(fn: Callable[..., Iterator[pa.Table]], *args: Any) -> Iterator
         os.waitpid(pid, 0)
     if data:
         raise pickle.loads(data)[1]
+    if not complete:
+        raise RuntimeError(f"the process reading {fn!r} ended before its last table")

@@ -18,7 +18,7 @@ from ...execution.attempts import attempt_key
 from ...execution.blocks import conform
 from ..files import FileAttemptWriter
 from .dataset import open_dataset, schema_to_text
-from .isolation import child_result, isolating, read_exactly
+from .isolation import child_result, isolating, read_table_frames, write_table_frame
 
 STATE_DIR = "_refiner/lance"
 _END = object()
@@ -142,10 +142,8 @@ class _ForkedStream:
 
     @staticmethod
     def _receive(f: Any) -> Iterator[pa.RecordBatch]:  # pragma: no cover - runs in the child
-        while size := int.from_bytes(read_exactly(f, 8), "little"):
-            yield from (
-                pa.ipc.open_stream(pa.py_buffer(read_exactly(f, size))).read_all().to_batches()
-            )
+        for table in read_table_frames(f):
+            yield from table.to_batches()
 
     def _outcome(self) -> list:
         with os.fdopen(self._result_fd, "rb") as f:
@@ -159,19 +157,14 @@ class _ForkedStream:
         return value
 
     def put(self, table: pa.Table) -> None:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        buffer = sink.getvalue()
         try:
-            self._out.write(buffer.size.to_bytes(8, "little"))
-            self._out.write(buffer)
+            write_table_frame(self._out, table)
         except BrokenPipeError:
             self._outcome()
             raise
 
     def finish(self) -> list:
-        self._out.write((0).to_bytes(8, "little"))
+        write_table_frame(self._out, None)
         self._out.close()
         return self._outcome()
 

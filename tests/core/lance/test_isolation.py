@@ -42,6 +42,16 @@ def test_call_and_iter_isolated() -> None:
     stream.close()  # stops the child early
 
 
+def _dies_after_one_table():
+    yield pa.table({"i": [1]})
+    os._exit(3)
+
+
+def test_iter_isolated_reports_a_child_that_died_mid_stream() -> None:
+    with pytest.raises(RuntimeError, match="ended before its last table"):
+        list(iter_isolated(_dies_after_one_table))  # not a silently shorter stream
+
+
 def test_call_forked_runs_in_a_child_of_its_own() -> None:
     parent = os.getpid()
     assert call_forked(lambda: os.getpid()) != parent
