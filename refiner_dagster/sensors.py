@@ -42,6 +42,8 @@ import dagster as dg
 import fsspec
 from fsspec.core import url_to_fs
 
+from refiner_core.io import full_url
+
 CURSOR_VERSION = 1
 SOURCE_PATH_TAG = "refiner/source_path"
 SOURCE_URL_TAG = "refiner/source_url"
@@ -112,31 +114,25 @@ class SourceCursor:
         )
 
 
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
-
-
 def _content_version(fs: fsspec.AbstractFileSystem, path: str, info: Mapping[str, Any]) -> str:
     etag = info.get("ETag") or info.get("etag")
     if etag:
         return "etag-" + str(etag).strip('"')
-    mtime = info.get("mtime")
-    if mtime is None:
-        mtime = info.get("LastModified") or info.get("last_modified") or info.get("updated")
-    if isinstance(mtime, int | float):
-        return f"s{int(info.get('size') or 0)}-m{round(float(mtime) * 1_000_000)}"
-    if mtime is not None and hasattr(mtime, "timestamp"):
-        return f"s{int(info.get('size') or 0)}-m{round(mtime.timestamp() * 1_000_000)}"
+    mtime = _modified_at(info)
+    if mtime is not None:
+        return f"s{int(info.get('size') or 0)}-m{round(mtime * 1_000_000)}"
     return "ukey-" + str(fs.ukey(path))
 
 
 def _modified_at(info: Mapping[str, Any]) -> float | None:
-    mtime = info.get("mtime")
-    if isinstance(mtime, int | float):
-        return float(mtime)
-    stamp = info.get("LastModified")
-    return stamp.timestamp() if hasattr(stamp, "timestamp") else None
+    """Seconds since the epoch from whichever field the filesystem reports, if any."""
+    for key in ("mtime", "LastModified", "last_modified", "updated"):
+        stamp = info.get(key)
+        if isinstance(stamp, int | float):
+            return float(stamp)
+        if hasattr(stamp, "timestamp"):
+            return stamp.timestamp()
+    return None
 
 
 def _hidden(relpath: str) -> bool:
@@ -161,7 +157,6 @@ def list_source_files(
     fs.invalidate_cache(root)
     if not fs.exists(root):
         return []
-    local = _is_local(fs)
     now = time.time()
     found: list[SourceFile] = []
     for path, info in fs.find(root, detail=True).items():
@@ -177,7 +172,7 @@ def list_source_files(
         found.append(
             SourceFile(
                 path=relpath,
-                url=path if local else fs.unstrip_protocol(path),
+                url=full_url(fs, path),
                 size=int(info.get("size") or 0),
                 version=_content_version(fs, path, info),
             )
