@@ -21,6 +21,7 @@ import dagster as dg
 
 import refiner_core as mdr
 from refiner_core.io import resolve
+from refiner_core.io.blob import validate_reference
 
 from .settings import DATASET_KEY, LOAD_KEY, unwrap_metadata
 from .storage import DatasetVersion, one_version
@@ -176,8 +177,10 @@ def _check(ref: _Reference, sizes: dict[str, int | None], version: DatasetVersio
         return f"{where}: {kind} {ref.path} does not exist"
     if ref.offset is None:
         return None
-    if not isinstance(ref.offset, int) or not isinstance(ref.size, int) or ref.offset < 0:
-        return f"{where}: malformed reference offset={ref.offset!r} size={ref.size!r}"
+    try:
+        validate_reference({"path": ref.path, "offset": ref.offset, "size": ref.size})
+    except ValueError as exc:
+        return f"{where}: malformed reference: {exc}"
     if ref.offset + ref.size > size:
         return (
             f"{where}: range [{ref.offset}, {ref.offset + ref.size}) of {ref.path} "
