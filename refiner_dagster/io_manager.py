@@ -356,17 +356,16 @@ def _locate(
     mode: str,
     run_version: str | None,
 ) -> DatasetVersion:
-    current = storage.current(asset_path, key)
     where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
     if mode == "pending":
         version = storage.pending(asset_path, key, prefer=run_version)
+        version = version or storage.current(asset_path, key)
         if version is not None:
             return version
-        if current is not None:
-            return current
         raise FileNotFoundError(
             f"{where} has no written version under {storage.url}; materialize the asset first"
         )
+    current = storage.current(asset_path, key)
     if current is None:
         raise FileNotFoundError(
             f"{where} has no published version under {storage.url}: materialize it and then its "

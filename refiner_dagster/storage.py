@@ -231,6 +231,9 @@ class DatasetStorage:
         current = self.current(version.asset_path, version.partition_key)
         if current is not None and current.name == version.name:
             return
+        self._delete(version)
+
+    def _delete(self, version: DatasetVersion) -> None:
         version.folder.rm(version.name, recursive=True)
         version.folder.rm(f"{VERSIONS_DIR}/{version.name}.json")
 
@@ -250,9 +253,10 @@ class DatasetStorage:
     ) -> DatasetVersion | None:
         """The published version readers see, or ``None``."""
         folder = self.partition_folder(asset_path, partition_key)
-        if not folder.exists(CURRENT_POINTER):
+        try:
+            pointer = json.loads(folder.read_bytes(CURRENT_POINTER))
+        except FileNotFoundError:
             return None
-        pointer = json.loads(folder.read_bytes(CURRENT_POINTER))
         return DatasetVersion(self, list(asset_path), partition_key, pointer["version"], pointer)
 
     def publish(self, version: DatasetVersion, **extra: Any) -> DatasetVersion:
@@ -273,8 +277,7 @@ class DatasetStorage:
         for v in self.versions(published.asset_path, published.partition_key):
             if v.name == published.name or v.record.get("created_at", 0.0) > created:
                 continue
-            v.folder.rm(v.name, recursive=True)
-            v.folder.rm(f"{VERSIONS_DIR}/{v.name}.json")
+            self._delete(v)
             removed.append(v.name)
         return removed
 
