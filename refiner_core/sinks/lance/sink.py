@@ -84,6 +84,11 @@ class LanceSink(FileSink):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"write_lance mode must be one of {MODES}, got {mode!r}")
+        if options.get("filename_template") is not None:
+            raise ValueError(
+                "write_lance: Lance names its own data files; drop filename_template "
+                "(it applies to write_parquet and write_jsonl)"
+            )
         super().__init__(output, storage_options=storage_options, **options)
         if self.assets is not None and self.assets.subdir.split("/")[0] in LANCE_RESERVED:
             raise ValueError(

@@ -154,6 +154,8 @@ def test_bad_arguments(tmp_path: Path) -> None:
         pipeline.write_lance(str(tmp_path / "x.lance"), assets=mdr.FileAssetConfig(subdir="data"))
     with pytest.raises(TypeError, match="unexpected keyword"):
         pipeline.write_lance(str(tmp_path / "x.lance"), compression="zstd")
+    with pytest.raises(ValueError, match="drop filename_template"):
+        pipeline.write("lance", str(tmp_path / "x.lance"), filename_template="{shard}.lance")
 
 
 def test_schema_metadata_survives(tmp_path: Path) -> None:
