@@ -149,6 +149,7 @@ class _RunDir:
 
     def __init__(self, path: str | None, name: str) -> None:
         self.temporary = path is None
+        self._completed: dict[int, dict[str, dict[str, Any]]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
         os.makedirs(self.path, exist_ok=True)
         state_file = os.path.join(self.path, "run.json")
@@ -161,26 +162,31 @@ class _RunDir:
                 json.dump({"run_id": self.run_id, "name": name, "created_at": time.time()}, f)
 
     def _stage_dir(self, index: int) -> str:
-        path = os.path.join(self.path, f"stage-{index:03d}")
-        os.makedirs(path, exist_ok=True)
-        return path
+        return os.path.join(self.path, f"stage-{index:03d}")
 
     def completed(self, index: int) -> dict[str, dict[str, Any]]:
-        done = {}
-        directory = self._stage_dir(index)
-        for name in os.listdir(directory):
-            if name.endswith(".json"):
-                with open(os.path.join(directory, name)) as f:
-                    manifest = json.load(f)
-                done[manifest["shard_id"]] = manifest
+        """Manifests of the stage's completed shards: read from disk once (earlier runs
+        of this rundir), then kept up to date by :meth:`mark`."""
+        done = self._completed.get(index)
+        if done is None:
+            done = self._completed[index] = {}
+            directory = self._stage_dir(index)
+            os.makedirs(directory, exist_ok=True)
+            for name in os.listdir(directory):
+                if name.endswith(".json"):
+                    with open(os.path.join(directory, name)) as f:
+                        manifest = json.load(f)
+                    done[manifest["shard_id"]] = manifest
         return done
 
     def mark(self, index: int, manifest: dict[str, Any]) -> None:
+        done = self.completed(index)
         directory = self._stage_dir(index)
         tmp = os.path.join(directory, f".{manifest['shard_id']}.tmp")
         with open(tmp, "w") as f:
             json.dump(manifest, f)
         os.replace(tmp, os.path.join(directory, f"{manifest['shard_id']}.json"))
+        done[manifest["shard_id"]] = manifest
 
     def cleanup(self) -> None:
         if self.temporary:
