@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .providers import Provider, ResponseShapeError, dig, token_count
+from .providers import Provider, ResponseShapeError, content_text, dig, token_count
 from .response import TokenUsage
 from .schema import StructuredOutput
 
@@ -47,8 +46,7 @@ class AnthropicProvider(Provider):
     reserved_params: ClassVar[frozenset[str]] = frozenset({"model", "messages"})
 
     def endpoint(self) -> str:
-        base = self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT_BASE_URL
-        return f"{base.rstrip('/')}/v1/messages"
+        return f"{self._base('ANTHROPIC_BASE_URL', ANTHROPIC_DEFAULT_BASE_URL)}/v1/messages"
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}
@@ -68,7 +66,7 @@ class AnthropicProvider(Provider):
         conversation = []
         for message in messages:
             if message["role"] in ("system", "developer"):
-                system_parts.append(_as_text(message["content"]))
+                system_parts.append(content_text(message["content"]))
             else:
                 conversation.append({"role": message["role"], "content": message["content"]})
         body: dict[str, Any] = {
@@ -123,11 +121,3 @@ class AnthropicProvider(Provider):
                 f"the response has no text content (stop_reason {data.get('stop_reason')!r})"
             )
         return "".join(texts), tokens
-
-
-def _as_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI-style content parts
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return str(content)

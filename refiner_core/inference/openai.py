@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .providers import Provider, ResponseShapeError, dig, token_count
+from .providers import Provider, ResponseShapeError, content_text, dig, token_count
 from .response import TokenUsage
 from .schema import StructuredOutput
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-
-def _openai_base(base_url: str | None) -> str:
-    # Like the official SDK: an explicit base_url, else $OPENAI_BASE_URL, else the
-    # public API. The base includes the version prefix (".../v1").
-    base = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
-    return base.rstrip("/")
 
 
 class _OpenAIProvider(Provider):
@@ -27,7 +19,8 @@ class _OpenAIProvider(Provider):
     path: ClassVar[str]
 
     def endpoint(self) -> str:
-        return f"{_openai_base(self.base_url)}/{self.path}"
+        # the base includes the version prefix (".../v1"), as with the official SDK
+        return f"{self._base('OPENAI_BASE_URL', OPENAI_DEFAULT_BASE_URL)}/{self.path}"
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -166,7 +159,7 @@ class OpenAIChatCompletionsProvider(_OpenAIProvider):
         message = dig(data, "choices", 0, "message")
         content = message.get("content") if isinstance(message, Mapping) else None
         if isinstance(content, list):  # some servers return content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping)) or None
+            content = content_text(content) or None
         if not isinstance(content, str):
             refusal = message.get("refusal") if isinstance(message, Mapping) else None
             if refusal:

@@ -84,11 +84,20 @@ class Provider(ABC):
         """Headers sent with every request besides auth (e.g. API version)."""
         return {}
 
+    def _base(self, env_var: str, default: str) -> str:
+        """The base URL as the official SDKs pick it: ``base_url``, else ``$env_var``,
+        else ``default``; without a trailing slash."""
+        base = getattr(self, "base_url", None) or os.environ.get(env_var) or default
+        return base.rstrip("/")
+
+    def _env_key(self) -> str:
+        return os.environ.get(self.api_key_env, "").strip() if self.api_key_env else ""
+
     def api_key(self) -> str | None:
         """The API key from ``$api_key_env``; raise if it is required and unset."""
         if not self.api_key_env:
             return None
-        value = os.environ.get(self.api_key_env, "").strip()
+        value = self._env_key()
         if not value and self.api_key_required:
             raise MissingAPIKeyError(
                 f"{self!r} needs an API key but ${self.api_key_env} is not set in this "
@@ -108,9 +117,7 @@ class Provider(ABC):
 
     def secrets(self) -> tuple[str, ...]:
         """Values to scrub from any text this provider's requests produce."""
-        if not self.api_key_env:
-            return ()
-        value = os.environ.get(self.api_key_env, "").strip()
+        value = self._env_key()
         return (value,) if value else ()
 
     def check_params(self, params: Mapping[str, Any]) -> None:
@@ -173,3 +180,16 @@ def token_count(usage: Any, key: str) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return 0
+
+
+def content_text(content: Any) -> str:
+    """Text of a message content: a string, or OpenAI-style content parts joined.
+
+    >>> content_text([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    'ab'
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return str(content)
