@@ -160,18 +160,19 @@ def test_failed_attempt_cleans_up_after_itself(tmp_path: Path) -> None:
     assert data_files(out) == [] and journals(out) == []
 
 
-def _sequences(out: str) -> tuple:
+def _two_pending_appends(out: str, existing: int) -> tuple:
+    """A dataset of ``existing`` rows and two append runs whose write stages both ran
+    (both read its version 1); returns the two sequences and the second's manifests."""
+    mdr.from_items(rows(existing)).write_lance(out).launch_local()
     first = mdr.from_items(rows(4, 100), items_per_shard=2).write_lance(out, mode="append")
     second = mdr.from_items(rows(3, 200)).write_lance(out, mode="append")
-    return first, second
+    run_manually(first, "runaaaaaaaaa")
+    return first, second, run_manually(second, "runbbbbbbbbb")
 
 
 def test_concurrent_commit_one_wins(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
-    mdr.from_items(rows(5)).write_lance(out).launch_local()
-    first, second = _sequences(out)
-    run_manually(first, "runaaaaaaaaa")  # both read version 1
-    losing = run_manually(second, "runbbbbbbbbb")
+    first, second, losing = _two_pending_appends(out, existing=5)
 
     assert first.stages[-1].run(run_id="runaaaaaaaaa")["commit"]["version"] == 2
     with pytest.raises(LanceCommitConflict) as caught:
@@ -189,10 +190,7 @@ def test_concurrent_commit_one_wins(tmp_path: Path) -> None:
 
 def test_simultaneous_commits_one_wins(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
-    mdr.from_items(rows(5)).write_lance(out).launch_local()
-    first, second = _sequences(out)
-    run_manually(first, "runaaaaaaaaa")
-    run_manually(second, "runbbbbbbbbb")
+    first, second, _ = _two_pending_appends(out, existing=5)
     outcomes: dict[str, object] = {}
     start = threading.Barrier(2)
 
@@ -244,10 +242,7 @@ def _claim(out: str, version: int, run_id: str, at: float) -> Path:
 
 def test_a_claimed_version_stops_other_runs(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
-    mdr.from_items(rows(2)).write_lance(out).launch_local()
-    first, second = _sequences(out)
-    run_manually(first, "runaaaaaaaaa")
-    run_manually(second, "runbbbbbbbbb")
+    first, second, _ = _two_pending_appends(out, existing=2)
     claim = _claim(out, 2, "runcccccccccc", time.time())  # another run is committing version 2
     with pytest.raises(LanceCommitConflict, match="run runcccccccccc is committing version 2"):
         first.stages[-1].run(run_id="runaaaaaaaaa")
