@@ -14,6 +14,13 @@ from refiner_core.datatype import FORM_KEY, KIND_KEY
 from .media import attempt_dirs, blocks, data_files, read_rows, relative_files, write_files
 
 dt = mdr.datatype
+
+
+def policy_counts(summary: dict) -> tuple[int, int, int]:
+    """(missing assets, cells set to null, rows dropped) of a write's summary."""
+    return summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]
+
+
 CONFIGS = {
     "file": lambda policy: mdr.FileAssetConfig(missing_policy=policy),
     "blob": lambda policy: mdr.BlobAssetConfig(missing_policy=policy),
@@ -109,11 +116,7 @@ def test_set_null_keeps_rows_and_nulls_cells(tmp_path, media, config_name):
         None,
         None,
     ]
-    assert (summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]) == (
-        2,
-        2,
-        0,
-    )
+    assert policy_counts(summary) == (2, 2, 0)
     assert summary["assets_written"] == 2
     assert summary["rows_written"] == 5
 
@@ -130,11 +133,7 @@ def test_drop_row_removes_rows(tmp_path, media, config_name):
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [r["i"] for r in rows] == [0, 2, 4]
     assert [_read(config_name, r["video"]) for r in rows] == [b"video-0", b"video-2", None]
-    assert (summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]) == (
-        2,
-        0,
-        2,
-    )
+    assert policy_counts(summary) == (2, 0, 2)
     assert summary["rows_written"] == 3
     assert summary["assets_written"] == 2
 
@@ -175,11 +174,7 @@ def test_set_null_nulls_list_elements(tmp_path, media, config_name):
         [None],
         [None, b"video-3"],
     ]
-    assert (summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]) == (
-        2,
-        2,
-        0,
-    )
+    assert policy_counts(summary) == (2, 2, 0)
     assert summary["assets_written"] == 4
 
 
@@ -198,11 +193,7 @@ def test_drop_row_drops_rows_with_a_missing_element(tmp_path, media, config_name
         [b"video-0", b"video-1"],
         [None, b"video-3"],
     ]
-    assert (summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]) == (
-        2,
-        0,
-        2,
-    )
+    assert policy_counts(summary) == (2, 0, 2)
     if config_name == "file":
         # the copy already made for row 1's first element is gone with its row
         (attempt,) = attempt_dirs(out)
