@@ -188,12 +188,13 @@ def _schema() -> pa.Schema:
 
 def _build(tmp: Path, final: Path) -> None:
     """Write images and the table into ``tmp`` with paths that are valid once at ``final``."""
-    for index, row in enumerate(episode_rows(final / "images")):
+    rows = episode_rows(final / "images")
+    for index, row in enumerate(rows):
         folder = tmp / "images" / str(row["episode_id"])
         folder.mkdir(parents=True)
         for name, data in _images(index):
             (folder / name).write_bytes(data)
-    table = pa.Table.from_pylist(episode_rows(final / "images"), schema=_schema())
+    table = pa.Table.from_pylist(rows, schema=_schema())
     # Row groups of 6 episodes: jobs that ask for several shards get up to 4.
     pq.write_table(table, tmp / "episodes.parquet", row_group_size=6)
 
@@ -221,8 +222,9 @@ def ensure_demo_data(root: str | os.PathLike[str] | None = None) -> DemoData:
 
 def expected_counts() -> dict[str, int]:
     """What the demo's assets must report: episodes, images and their bytes, long episodes."""
-    frames = [data for i in range(NUM_EPISODES) for n, data in _images(i) if n != "thumbnail.png"]
-    thumbs = [data for i in range(NUM_EPISODES) for n, data in _images(i) if n == "thumbnail.png"]
+    images = [image for i in range(NUM_EPISODES) for image in _images(i)]
+    frames = [data for name, data in images if name != "thumbnail.png"]
+    thumbs = [data for name, data in images if name == "thumbnail.png"]
     return {
         "episodes": NUM_EPISODES,
         "frames": len(frames),
