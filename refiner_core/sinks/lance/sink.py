@@ -279,14 +279,14 @@ class LanceSink(FileSink):
             schema = schema or this
         return fragments, schema
 
-    def commit(self, committed: list[dict[str, Any]], run_id: str | None) -> dict[str, Any]:
+    def commit(self, committed: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
         """Commit every kept fragment in one Lance transaction, exactly once per run."""
-        if run_id is None:
-            raise ValueError(f"write_lance {self.url}: finalization needs the run id")
         state = self.run_state(run_id)
-        marker = state_path("commits", run_id)
-        if self.folder.exists(marker):
-            record = json.loads(self.folder.read_bytes(marker))
+        try:
+            record = json.loads(self.folder.read_bytes(state_path("commits", run_id)))
+        except FileNotFoundError:
+            record = None
+        if record is not None:
             if record.get("status") == "failed":
                 error = LanceCommitConflict if record.get("kind") == "conflict" else ValueError
                 raise error(record["error"])
