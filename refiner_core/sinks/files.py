@@ -118,15 +118,22 @@ class FileAttemptWriter:
     def _write_table(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        if self._writer is None:
-            self.sink.check_schema(table.schema)
-            self._schema = table.schema
-            self._file = self._stack.enter_context(self.sink.folder.open_atomic(self.relative))
-            self._writer = self.sink.open_table_writer(self._file, table.schema)
-        else:
-            table = conform(table, self._schema, where=self.where)
-        self._writer.write(table)
+        if self._schema is None:
+            self._schema = self._open(table.schema)
+        table = conform(table, self._schema, where=self.where)
+        self._put(table)
         self.rows_written += table.num_rows
+
+    def _open(self, schema: pa.Schema) -> pa.Schema:
+        """Open the output for the first block's ``schema``; returns the schema every
+        block is conformed to."""
+        self.sink.check_schema(schema)
+        self._file = self._stack.enter_context(self.sink.folder.open_atomic(self.relative))
+        self._writer = self.sink.open_table_writer(self._file, schema)
+        return schema
+
+    def _put(self, table: pa.Table) -> None:
+        self._writer.write(table)
 
     async def close(self) -> dict[str, Any]:
         written: dict[str, Any] = {"files": [], "asset_dirs": [], "counters": {}}

@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 
 from ...execution.attempts import attempt_key
-from ...execution.blocks import conform
 from ..files import FileAttemptWriter
 from .dataset import open_dataset, schema_to_text
 from .isolation import child_result, isolating, read_table_frames, write_table_frame
@@ -218,19 +217,14 @@ class LanceAttemptWriter(FileAttemptWriter):
             self._journal()
         await super().write(table)
 
-    def _write_table(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        if self._stream is None:
-            self._schema = self.sink.schema_for(table.schema, self.state, where=self.where)
-            table = conform(table, self._schema, where=self.where)
-            spec = self.sink.fragment_spec(self.state, self._schema)
-            stream = _ForkedStream if isolating() else _ThreadStream
-            self._stream = stream(spec, self._on_file)
-        else:
-            table = conform(table, self._schema, where=self.where)
+    def _open(self, schema: pa.Schema) -> pa.Schema:
+        schema = self.sink.schema_for(schema, self.state, where=self.where)
+        stream = _ForkedStream if isolating() else _ThreadStream
+        self._stream = stream(self.sink.fragment_spec(self.state, schema), self._on_file)
+        return schema
+
+    def _put(self, table: pa.Table) -> None:
         self._stream.put(table)
-        self.rows_written += table.num_rows
 
     async def close(self) -> dict[str, Any]:
         written = await super().close()
