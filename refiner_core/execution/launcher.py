@@ -206,6 +206,7 @@ def _run_sharded(
     run_id: str,
     rundir: _RunDir,
     progress: StageProgress,
+    exiting: list[Any],
 ) -> None:
     ctx = _context()
     todo = collections.deque(shards)
@@ -224,11 +225,19 @@ def _run_sharded(
     remaining = {s.id for s in shards}
     failure: tuple[str | None, str, str] | None = None
 
+    released: set[int] = set()
+
     def dispatch(w: int) -> None:
         shard = todo.popleft() if todo else None
         running[w] = shard.id if shard is not None else None
+        if w in released:
+            return
         with contextlib.suppress(OSError):  # a dead worker is noticed by its EOF
             conns[w].send(shard)
+            if not todo:  # nothing follows: the worker stops after this shard without asking
+                released.add(w)
+                if shard is not None:
+                    conns[w].send(None)
 
     def died(w: int) -> tuple[str | None, str, str]:
         procs[w].join(timeout=5)
@@ -259,10 +268,10 @@ def _run_sharded(
                     progress.update(rows=message[2], nbytes=message[3])
                 elif kind == "done":
                     _, _, shard_id, manifest, rows, nbytes = message
+                    dispatch(w)  # before the marker write, so the worker goes on meanwhile
                     rundir.mark(index, manifest)
                     remaining.discard(shard_id)
                     progress.update(rows=rows, nbytes=nbytes, shards=1)
-                    dispatch(w)
                 elif kind == "error":
                     failure = failure or (message[2], message[3], message[4])
                 elif kind == "exit":
@@ -274,7 +283,7 @@ def _run_sharded(
             for p in procs:
                 if p.is_alive():
                     p.terminate()  # the worker aborts its shard and closes its callbacks
-        _drain_until_exit(procs, conns, rundir, index)
+        _drain_until_exit(procs, conns, rundir, index, exiting)
     if failure is not None:
         shard_id, cause, remote_tb = failure
         where = f" on shard {shard_id}" if shard_id else ""
@@ -284,10 +293,14 @@ def _run_sharded(
         raise StageFailed(message, stage=index, shard_id=shard_id)
 
 
-def _drain_until_exit(procs: list[Any], conns: list[Any], rundir: _RunDir, index: int) -> None:
-    """Wait for the workers to exit, reading their last messages so none blocks on a full
-    pipe; shards that still completed are marked. Workers stuck past the grace period are
-    killed."""
+def _drain_until_exit(
+    procs: list[Any], conns: list[Any], rundir: _RunDir, index: int, exiting: list[Any]
+) -> None:
+    """Wait until every worker has closed its pipe, reading its last messages so none
+    blocks on a full pipe; shards that still completed are marked. Workers stuck past
+    the grace period are killed. A worker that closed its pipe has nothing left to do
+    but tear its process down, so it goes to ``exiting`` to be reaped later instead of
+    being waited for here."""
     deadline = time.monotonic() + _STOP_GRACE_S
     open_conns = list(conns)
     while open_conns and time.monotonic() < deadline:
@@ -302,12 +315,20 @@ def _drain_until_exit(procs: list[Any], conns: list[Any], rundir: _RunDir, index
                 continue
             if message[0] == "done":
                 rundir.mark(index, message[3])
-    for p in procs:
+    for p, conn in zip(procs, conns, strict=True):
+        if conn in open_conns:  # stuck past the grace period
+            p.kill()
+            p.join(timeout=5)
+        exiting.append(p)
+        conn.close()
+
+
+def _reap(exiting: list[Any]) -> None:
+    """End the workers that closed their pipes (by now they have normally exited)."""
+    for p in exiting:
         if p.is_alive():
             p.kill()
         p.join(timeout=5)
-    for conn in conns:
-        conn.close()
 
 
 def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
@@ -318,16 +339,23 @@ def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | N
         name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
     )
     started = time.monotonic()
+    exiting: list[Any] = []  # workers done with their stage, reaped when the launch ends
     try:
-        _run_stages(sequence, stats, state, name, num_workers)
+        _run_stages(sequence, stats, state, name, num_workers, exiting)
     finally:
+        _reap(exiting)
         state.cleanup()
     stats.elapsed_s = round(time.monotonic() - started, 3)
     return stats
 
 
 def _run_stages(
-    sequence: Any, stats: LaunchStats, state: _RunDir, name: str, num_workers: int
+    sequence: Any,
+    stats: LaunchStats,
+    state: _RunDir,
+    name: str,
+    num_workers: int,
+    exiting: list[Any],
 ) -> None:
     for index, stage in enumerate(sequence.stages):
         stage_started = time.monotonic()
@@ -351,7 +379,9 @@ def _run_stages(
             progress.update(shards=st.shards_skipped)
             try:
                 if todo:
-                    _run_sharded(stage, index, todo, num_workers, state.run_id, state, progress)
+                    _run_sharded(
+                        stage, index, todo, num_workers, state.run_id, state, progress, exiting
+                    )
             finally:
                 progress.close()
             for manifest in state.completed(index).values():

@@ -238,3 +238,63 @@ def test_workers_keep_the_inherited_heap_out_of_garbage_collection(tmp_path):
     assert len(rows) == 4
     assert all(row["frozen"] > 1000 for row in rows)
     assert gc.get_freeze_count() == before  # the launcher itself is untouched
+
+
+class _ClosingStamp:
+    """A map callback whose ``close()`` writes the time the worker closed it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, row):
+        return {"i": row.i}
+
+    def close(self) -> None:
+        self.path.write_text(repr(time.monotonic()))
+
+
+def test_a_worker_stops_after_its_last_shard_without_waiting_for_the_launcher(
+    tmp_path, monkeypatch
+):
+    """With no shard left to hand out, a worker is told to stop along with its last
+    shard: it closes its callbacks while the launcher is still recording that shard."""
+    from refiner_core.execution import launcher
+
+    stamp = tmp_path / "closed_at"
+    recorded: list[float] = []
+    mark = launcher._RunDir.mark
+
+    def slow_mark(self, index, manifest):
+        time.sleep(0.5)
+        mark(self, index, manifest)
+        recorded.append(time.monotonic())
+
+    monkeypatch.setattr(launcher._RunDir, "mark", slow_mark)
+    items(2, per_shard=2).map_async(factory=lambda: _ClosingStamp(stamp)).write_parquet(
+        str(tmp_path / "out")
+    ).launch_local()
+    assert len(recorded) == 1
+    assert float(stamp.read_text()) < recorded[0]
+
+
+def test_every_worker_is_reaped_before_launch_returns_even_one_slow_to_exit(tmp_path):
+    """A worker's process may outlive its pipe (here a non-daemon thread delays its
+    exit); the launcher goes on with finalization but ends every worker before it
+    returns."""
+    import multiprocessing
+    import threading
+
+    def linger(row):
+        threading.Thread(target=time.sleep, args=(30,), daemon=False).start()
+        return {"i": row.i}
+
+    started = time.monotonic()
+    stats = (
+        items(4, per_shard=2)
+        .map(linger)
+        .write_parquet(str(tmp_path / "out"))
+        .launch_local(num_workers=2)
+    )
+    assert stats.summary["rows_written"] == 4
+    assert multiprocessing.active_children() == []
+    assert time.monotonic() - started < 20
