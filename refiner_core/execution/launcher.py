@@ -243,6 +243,7 @@ def _run_sharded(
         procs[w].join(timeout=5)
         return (running[w], f"worker process {w} died with exit code {procs[w].exitcode}", "")
 
+    settled = False
     try:
         for w in range(n):
             dispatch(w)
@@ -278,8 +279,9 @@ def _run_sharded(
                     live.discard(w)
         if failure is None and remaining:
             failure = (sorted(remaining)[0], "workers exited before finishing every shard", "")
+        settled = True
     finally:
-        if failure is not None:
+        if failure is not None or not settled:  # not settled: the launcher itself raised
             for p in procs:
                 if p.is_alive():
                     p.terminate()  # the worker aborts its shard and closes its callbacks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
@@ -298,3 +299,30 @@ def test_every_worker_is_reaped_before_launch_returns_even_one_slow_to_exit(tmp_
     assert stats.summary["rows_written"] == 4
     assert multiprocessing.active_children() == []
     assert time.monotonic() - started < 20
+
+
+def test_an_error_in_the_launcher_itself_stops_the_workers_promptly(tmp_path, monkeypatch):
+    """If recording a finished shard fails (a full disk), the launcher raises that error
+    and stops the workers instead of letting them run the shards they were given."""
+    from refiner_core.execution import launcher
+
+    log = CallLog(tmp_path / "log")
+
+    async def slow(row):
+        await asyncio.sleep(0.3)
+        log.record("row", row.i)
+        return {"i": row.i}
+
+    def full_disk(self, index, manifest):
+        raise OSError(28, "No space left on device", str(tmp_path / "run"))
+
+    monkeypatch.setattr(launcher._RunDir, "mark", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        items(20, per_shard=5).map_async(slow, max_in_flight=1).write_parquet(
+            str(tmp_path / "out")
+        ).launch_local()
+    # the first shard was written; the second, handed out before the error, was stopped
+    # in its first row and its attempt aborted; no later shard started
+    assert len(data_files(tmp_path / "out")) == 1
+    assert 5 <= log.count("row") <= 6
+    assert not [n for n in all_files(tmp_path / "out") if n.endswith(".tmp")]
