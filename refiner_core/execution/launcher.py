@@ -221,11 +221,10 @@ def _run_sharded(
         procs.append(p)
         conns.append(parent_end)
     running: dict[int, str | None] = dict.fromkeys(range(n))
+    released: set[int] = set()  # workers already told to stop after their shard
     live = set(range(n))
     remaining = {s.id for s in shards}
     failure: tuple[str | None, str, str] | None = None
-
-    released: set[int] = set()
 
     def dispatch(w: int) -> None:
         shard = todo.popleft() if todo else None
@@ -316,7 +315,10 @@ def _drain_until_exit(
                 open_conns.remove(conn)
                 continue
             if message[0] == "done":
-                rundir.mark(index, message[3])
+                # the stage is already failing here; a marker that cannot be written
+                # only means the shard is redone by the next launch of this run
+                with contextlib.suppress(OSError):
+                    rundir.mark(index, message[3])
     for p, conn in zip(procs, conns, strict=True):
         if conn in open_conns:  # stuck past the grace period
             p.kill()
