@@ -2,7 +2,7 @@
 
 Builds one Arrow table of ``--rows`` rows (1,000,000 by default) and 10 columns
 (integers, floats, strings, a boolean, a timestamp) and times, as the median of
-``--repeat`` interleaved runs:
+``--repeat`` interleaved runs (each repetition starting with another side):
 
 1. ``lance.write_dataset(table, uri)`` in a fresh process: the baseline, as a script
    that writes one dataset runs it (each run in a child forked for it, timed inside
@@ -13,10 +13,15 @@ Builds one Arrow table of ``--rows`` rows (1,000,000 by default) and 10 columns
 3. ``write_lance(uri)`` of the same in-memory table, through ``launch_local`` with
    each of the ``--workers`` counts (1 and 2 by default) and as many shards (write
    stage, fragment commit and finalization included). The pipeline has no row steps,
-   so Arrow blocks go straight from the source to Lance's fragment writer. Target: <= 1.3x the
-   fresh-process baseline (both sides start from processes that have not used Lance).
+   so Arrow blocks go straight from the source to Lance's fragment writer. Target:
+   <= 1.3x the fresh-process baseline (both sides start from processes that have not
+   used Lance).
 4. with ``--parquet``, both sides starting from a Parquet file instead:
    ``pq.read_table`` + ``lance.write_dataset`` against ``read_parquet(...).write_lance``.
+
+Before every run, :func:`prime_memory` faults in and frees four times the table's size
+of memory, so every side starts with the same kind of free pages (``--no-prime`` skips
+it; see the function for why this matters on a virtual machine).
 
 Lance is not fork-safe and ``launch_local`` forks its workers, so this process never
 calls Lance itself: the baselines run in forked children.
@@ -30,6 +35,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import mmap
 import shutil
 import statistics
 import sys
@@ -128,17 +134,45 @@ def _count(uri: str) -> int:
     return lance.dataset(uri).count_rows()
 
 
+_MADV_POPULATE_WRITE = 23
+
+
+def prime_memory(nbytes: int) -> None:
+    """Fault in ``nbytes`` of fresh memory and free it again, so the run that follows
+    finds recently used pages in the kernel's free lists, whatever ran before it.
+
+    On a virtual machine the host may take back guest pages that stayed free for a
+    while; the next process to touch them then pays a much slower first fault. Without
+    this, a side that runs right after a process exited (freeing its pages) gets
+    cheaper memory than one that runs after an idle moment.
+    """
+    if nbytes <= 0:
+        return
+    region = mmap.mmap(-1, nbytes)
+    try:
+        region.madvise(_MADV_POPULATE_WRITE)
+    except (OSError, ValueError):  # kernels before 5.14: touch every page
+        view = memoryview(region)
+        for offset in range(0, nbytes, mmap.PAGESIZE):
+            view[offset] = 1
+        view.release()
+    region.close()
+
+
 def compare(
-    label: str, repeat: int, fresh, warm, ours, scratch: Path, rows: int
+    label: str, repeat: int, fresh, warm, ours, scratch: Path, rows: int, prime_bytes: int
 ) -> tuple[float, float]:
-    """Interleaved runs of the three; prints medians and returns ours / fresh and
-    ours / warm."""
+    """Interleaved runs of the three, in rotating order; prints medians and returns
+    ours / fresh and ours / warm."""
     series: dict[str, list[float]] = {"fresh": [], "warm": [], "ours": []}
     runs = {"fresh": fresh, "warm": warm, "ours": ours}
+    names = list(runs)
     for i in range(repeat):
-        for name, times in series.items():
+        # each repetition starts with another side, so none always runs after the same one
+        for name in names[i % 3 :] + names[: i % 3]:
             uri = str(scratch / f"{label}-{name}-{i}.lance")
-            times.append(runs[name](uri))
+            prime_memory(prime_bytes)
+            series[name].append(runs[name](uri))
             assert call_isolated(_count, uri) == rows
             shutil.rmtree(uri)
     f, w, o = (statistics.median(series[name]) for name in ("fresh", "warm", "ours"))
@@ -160,6 +194,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parquet", action="store_true", help="also compare from a Parquet file")
     parser.add_argument("--dir", default=None, help="scratch folder (default: system temp)")
+    parser.add_argument(
+        "--no-prime", action="store_true", help="do not prime memory before each run"
+    )
     args = parser.parse_args()
 
     table = make_table(args.rows)
@@ -169,6 +206,7 @@ def main() -> None:
         f"Arrow; median of {args.repeat}"
     )
     results: list[tuple[str, int, float, float]] = []
+    prime_bytes = 0 if args.no_prime else 4 * table.nbytes
     try:
         for workers in args.workers:
             print(f"-- write_lance with {workers} worker(s) and {workers} shard(s)")
@@ -181,6 +219,7 @@ def main() -> None:
                 lambda uri, memory=memory, workers=workers: refiner(memory, uri, workers),
                 scratch,
                 args.rows,
+                prime_bytes,
             )
             results.append(("arrow table", workers, *ratios))
             if args.parquet:
@@ -195,6 +234,7 @@ def main() -> None:
                     lambda uri, p=from_file, workers=workers: refiner(p, uri, workers),
                     scratch,
                     args.rows,
+                    prime_bytes,
                 )
                 results.append(("from parquet", workers, *ratios))
     finally:
