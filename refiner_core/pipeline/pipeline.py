@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..row import Row
+from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from ..validation import check_positive
 from .steps import Step, make_step
 
@@ -142,16 +143,24 @@ class Pipeline:
         *,
         assets: Any = None,
         compression: str = "zstd",
+        row_group_size: int = DEFAULT_ROW_GROUP_ROWS,
+        row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
     ):
-        """Write Parquet files (one per shard attempt) under ``output``; see ``assets=``."""
+        """Write Parquet files (one per shard attempt) under ``output``; see ``assets=``.
+
+        Blocks are gathered into row groups of ``row_group_size`` rows, or fewer where
+        a group would pass ``row_group_bytes`` of Arrow data.
+        """
         return self.write(
             "parquet",
             output,
             assets=assets,
             compression=compression,
+            row_group_size=row_group_size,
+            row_group_bytes=row_group_bytes,
             filename_template=filename_template,
             storage_options=storage_options,
             **legacy,

@@ -59,9 +59,33 @@ def read_output_rows(output: Path) -> list[dict[str, Any]]:
 
 
 def row_group_sizes(output: Path) -> list[int]:
-    """Row counts of every row group written under ``output`` (one per block that reached it)."""
+    """Row counts of every row group written under ``output``."""
     sizes = []
     for path in data_files(output):
         meta = pq.ParquetFile(path).metadata
         sizes.extend(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return sizes
+
+
+class SinkBlocks:
+    """Row counts of the blocks the Parquet/JSONL sinks receive, in arrival order.
+
+    Records from forked workers too (each block appends a line to one file), so a test
+    sees exactly what reached the sink, whatever the row groups written from it.
+    """
+
+    def __init__(self, monkeypatch: Any, path: Path) -> None:
+        from refiner_core.sinks.files import FileAttemptWriter
+
+        self.path = path
+        put = FileAttemptWriter._put
+
+        def recording(writer: Any, table: Any) -> None:
+            with open(path, "a") as f:
+                f.write(f"{table.num_rows}\n")
+            put(writer, table)
+
+        monkeypatch.setattr(FileAttemptWriter, "_put", recording)
+
+    def sizes(self) -> list[int]:
+        return [int(n) for n in self.path.read_text().split()] if self.path.exists() else []

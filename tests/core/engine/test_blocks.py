@@ -1,7 +1,6 @@
-"""Batch sizes and block limits.
+"""Batch sizes, block limits, and the row groups the Parquet sink makes of blocks.
 
-Each block that reaches the Parquet sink becomes one row group, so row group sizes
-show the blocks the sink received.
+``SinkBlocks`` records the row count of every block that reaches the sink.
 """
 
 from __future__ import annotations
@@ -14,7 +13,12 @@ import pytest
 
 import refiner_core as mdr
 
-from .helpers import read_output_rows, row_group_sizes
+from .helpers import SinkBlocks, read_output_rows, row_group_sizes
+
+
+@pytest.fixture
+def sink_blocks(monkeypatch, tmp_path) -> SinkBlocks:
+    return SinkBlocks(monkeypatch, tmp_path / "sink_blocks.txt")
 
 
 def items(n: int, per_shard: int = 1000, **extra) -> mdr.Pipeline:
@@ -78,23 +82,23 @@ def test_batches_from_arrow_source_blocks(tmp_path):
     assert [r.i for r in rows] == list(range(1000))
 
 
-def test_max_block_rows_caps_source_blocks_reaching_the_sink(tmp_path):
+def test_max_block_rows_caps_source_blocks_reaching_the_sink(tmp_path, sink_blocks):
     items(100, payload="x" * 10).with_max_block_rows(16).write_parquet(
         str(tmp_path / "out")
     ).launch_local()
-    assert row_group_sizes(tmp_path / "out") == [16] * 6 + [4]
+    assert sink_blocks.sizes() == [16] * 6 + [4]
 
 
-def test_max_block_rows_caps_arrow_source_blocks(tmp_path):
+def test_max_block_rows_caps_arrow_source_blocks(tmp_path, sink_blocks):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"i": list(range(100))}), path)
     mdr.read_parquet(str(path)).with_max_block_rows(30).write_parquet(
         str(tmp_path / "out")
     ).launch_local()
-    assert row_group_sizes(tmp_path / "out") == [30, 30, 30, 10]
+    assert sink_blocks.sizes() == [30, 30, 30, 10]
 
 
-def test_max_block_rows_caps_transformed_blocks(tmp_path):
+def test_max_block_rows_caps_transformed_blocks(tmp_path, sink_blocks):
     # batch_map turns 50-row batches into 200 rows, flat_map multiplies rows by 7:
     # both outputs are split so no block over 16 rows reaches the sink
     def quadruple(batch):
@@ -115,7 +119,7 @@ def test_max_block_rows_caps_transformed_blocks(tmp_path):
     )
     out = tmp_path / "out"
     stats = pipeline.write_parquet(str(out)).launch_local()
-    sizes = row_group_sizes(out)
+    sizes = sink_blocks.sizes()
     assert sum(sizes) == 100 * 4 * 7 == stats.summary["rows_written"]
     assert max(sizes) == 16
     rows = read_output_rows(out)
@@ -132,7 +136,7 @@ def test_max_block_rows_caps_transformed_blocks(tmp_path):
     ]
 
 
-def test_max_block_rows_caps_map_async_output(tmp_path):
+def test_max_block_rows_caps_map_async_output(tmp_path, sink_blocks):
     async def fn(row):
         return {"blob": bytes(10)}
 
@@ -140,11 +144,11 @@ def test_max_block_rows_caps_map_async_output(tmp_path):
     items(200).with_max_block_rows(8).map_async(fn, max_in_flight=64).write_parquet(
         str(out)
     ).launch_local()
-    sizes = row_group_sizes(out)
+    sizes = sink_blocks.sizes()
     assert sum(sizes) == 200 and max(sizes) <= 8
 
 
-def test_max_vectorized_block_bytes_caps_arrow_source_blocks(tmp_path):
+def test_max_vectorized_block_bytes_caps_arrow_source_blocks(tmp_path, sink_blocks):
     path = tmp_path / "in.parquet"
     table = pa.table(
         {"i": pa.array(range(4000), pa.int64()), "j": pa.array(range(4000), pa.int64())}
@@ -154,16 +158,50 @@ def test_max_vectorized_block_bytes_caps_arrow_source_blocks(tmp_path):
     mdr.read_parquet(str(path)).with_max_vectorized_block_bytes(8 * 1024).write_parquet(
         str(out)
     ).launch_local()
-    sizes = row_group_sizes(out)
+    sizes = sink_blocks.sizes()
     assert sum(sizes) == 4000
     assert max(sizes) * 16 <= 8 * 1024
     assert len(sizes) >= 4000 * 16 // (8 * 1024)
     assert [r["i"] for r in read_output_rows(out)] == list(range(4000))
 
 
-def test_max_vectorized_block_bytes_does_not_size_python_rows(tmp_path):
+def test_max_vectorized_block_bytes_does_not_size_python_rows(tmp_path, sink_blocks):
     out = tmp_path / "out"
     items(40, payload="y" * 5000).with_max_vectorized_block_bytes(1024).write_parquet(
         str(out)
     ).launch_local()
-    assert row_group_sizes(out) == [40]
+    assert sink_blocks.sizes() == [40]
+
+
+def test_parquet_gathers_small_blocks_into_large_row_groups(tmp_path, sink_blocks):
+    """1,024-row blocks from a map step still make one row group per ~1M rows."""
+    out = tmp_path / "out"
+    items(5000, per_shard=5000).map(lambda row: {"sq": row.i * row.i}).write_parquet(
+        str(out)
+    ).launch_local()
+    assert sink_blocks.sizes() == [1024] * 4 + [904]
+    assert row_group_sizes(out) == [5000]
+    assert [r["sq"] for r in read_output_rows(out)] == [i * i for i in range(5000)]
+
+
+def test_parquet_row_group_size_and_bytes_bound_each_group(tmp_path):
+    by_rows = tmp_path / "by_rows"
+    items(5000, per_shard=5000).map(lambda row: {"sq": row.i}).write_parquet(
+        str(by_rows), row_group_size=2000
+    ).launch_local()
+    assert row_group_sizes(by_rows) == [2000, 2000, 1000]
+
+    by_bytes = tmp_path / "by_bytes"  # 2 int64 columns: 16 bytes per row in Arrow
+    items(5000, per_shard=5000).map(lambda row: {"sq": row.i}).write_parquet(
+        str(by_bytes), row_group_bytes=16 * 1500
+    ).launch_local()
+    sizes = row_group_sizes(by_bytes)
+    assert sum(sizes) == 5000 and max(sizes) <= 1500 and len(sizes) == 4
+    assert [r["i"] for r in read_output_rows(by_bytes)] == list(range(5000))
+
+
+@pytest.mark.parametrize("option", ["row_group_size", "row_group_bytes"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_parquet_row_group_limits_are_checked_when_the_pipeline_is_built(tmp_path, option, value):
+    with pytest.raises(ValueError, match=f"write_parquet {option} must be a positive integer"):
+        items(3).write_parquet(str(tmp_path / "out"), **{option: value})
