@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -37,14 +38,50 @@ def _has_binary(arrow_type: pa.DataType) -> bool:
     return False
 
 
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinite float inside ``value`` (nested lists and dicts too)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            found = _non_finite(item)
+            if found is not None:
+                return found
+    return None
+
+
 class _JsonlWriter:
     def __init__(self, file: Any) -> None:
         self.file = file
+        self.lines = 0
 
     def write(self, table: pa.Table) -> None:
         dumps = json.dumps
-        lines = [dumps(row, default=_json_default, ensure_ascii=False) for row in table.to_pylist()]
+        rows = table.to_pylist()
+        try:
+            lines = [
+                dumps(row, default=_json_default, ensure_ascii=False, allow_nan=False)
+                for row in rows
+            ]
+        except ValueError:  # a NaN or infinity: JSON has no token for them
+            raise self._non_finite_error(rows) from None
         self.file.write(("\n".join(lines) + "\n").encode())
+        self.lines += len(lines)
+
+    def _non_finite_error(self, rows: list[dict[str, Any]]) -> ValueError:
+        for index, row in enumerate(rows):
+            for column, value in row.items():
+                found = _non_finite(value)
+                if found is not None:
+                    return ValueError(
+                        f"write_jsonl: column {column!r} of output line {self.lines + index + 1} "
+                        f"holds {found!r}, which JSON cannot represent (readers such as "
+                        "pyarrow.json reject it). Replace it in a map step (e.g. with None), "
+                        "or write Parquet, which stores NaN and infinities"
+                    )
+        return ValueError("write_jsonl: a value is out of JSON's range")  # pragma: no cover
 
     def close(self) -> None:
         pass

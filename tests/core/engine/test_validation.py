@@ -114,3 +114,24 @@ def test_dtypes_must_be_types():
 def test_unknown_writer_format(tmp_path):
     with pytest.raises(ValueError, match="unknown output format"):
         base().write("csv", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("column", "make", "shown"),
+    [
+        ("x", lambda bad: float("nan") if bad else 0.5, "nan"),
+        ("x", lambda bad: float("inf") if bad else 0.5, "inf"),
+        ("xs", lambda bad: [1.0, float("-inf") if bad else 2.0], "-inf"),
+        ("pose", lambda bad: {"yaw": float("nan") if bad else 0.0}, "nan"),
+    ],
+)
+def test_write_jsonl_names_a_value_json_cannot_hold(tmp_path, column, make, shown):
+    """JSON has no NaN or infinity; the writer names the column, the line and the fix
+    instead of writing a file strict readers reject, and leaves no data file behind."""
+    out = tmp_path / "out"
+    rows = [{"i": i, column: make(i == 1500)} for i in range(2000)]
+    with pytest.raises(
+        mdr.StageFailed, match=rf"column '{column}' of output line 1501 holds {shown}.*map step"
+    ):
+        mdr.from_items(rows, items_per_shard=2000).write_jsonl(str(out)).launch_local()
+    assert [n for n in all_files(out) if not n.startswith("_refiner/")] == []
