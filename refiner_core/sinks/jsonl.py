@@ -90,6 +90,9 @@ class _JsonlWriter:
 class JsonlSink(FileSink):
     """Writes ``<output>/<shard>__<attempt>.jsonl`` per shard attempt, one object per line.
 
+    Values must be JSON: bytes need ``assets=``, and a NaN or infinite float fails the
+    shard naming its column and line (JSON has no token for them; Parquet stores them).
+
     Example:
         >>> import tempfile, refiner_core as mdr
         >>> out = tempfile.mkdtemp()
