@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..execution.blocks import split_table
 from ..validation import check_positive
 from .files import FileSink
 
@@ -59,17 +60,13 @@ class RowGroupWriter:
             self._flush(last=False)
 
     def _flush(self, *, last: bool) -> None:
-        table = pa.concat_tables(self._pending)
-        per_group = self.max_rows
-        if self._bytes > self.max_bytes:
-            per_group = max(1, min(per_group, self.max_bytes * self._rows // self._bytes))
-        ready = table.num_rows if last else table.num_rows - table.num_rows % per_group
-        if ready:
-            self._writer.write_table(table.slice(0, ready), row_group_size=per_group)
-        rest = table.slice(ready)
-        self._pending = [rest] if rest.num_rows else []
-        self._rows = rest.num_rows
-        self._bytes = rest.nbytes
+        groups = list(split_table(pa.concat_tables(self._pending), self.max_rows, self.max_bytes))
+        rest = [] if last else [groups.pop()]  # the last slice waits for more rows
+        for group in groups:
+            self._writer.write_table(group, row_group_size=group.num_rows)
+        self._pending = rest
+        self._rows = sum(t.num_rows for t in rest)
+        self._bytes = sum(t.nbytes for t in rest)
 
     def close(self) -> None:
         if self._pending:
