@@ -23,6 +23,7 @@ import ssl
 import zlib
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httptools
 import httpx
@@ -209,6 +210,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
             connection.close()
 
 
+@dataclass(slots=True)
 class Answer:
     """A complete HTTP answer: ``status``, ``raw_headers`` as sent, the body as
     ``content`` and its ``encoding`` (the Content-Encoding, lowercased, or ``""``).
@@ -218,21 +220,11 @@ class Answer:
     'application/json'
     """
 
-    __slots__ = ("status", "raw_headers", "content", "encoding", "keep_alive")
-
-    def __init__(
-        self,
-        status: int,
-        raw_headers: list[tuple[bytes, bytes]],
-        content: bytes,
-        encoding: str,
-        keep_alive: bool,
-    ) -> None:
-        self.status = status
-        self.raw_headers = raw_headers
-        self.content = content
-        self.encoding = encoding
-        self.keep_alive = keep_alive
+    status: int
+    raw_headers: list[tuple[bytes, bytes]]
+    content: bytes
+    encoding: str
+    keep_alive: bool
 
     @property
     def headers(self) -> httpx.Headers:
