@@ -95,7 +95,7 @@ class TableSource:
     def schema_hint(self) -> pa.Schema:
         return self.table.schema
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[pa.Table]:
+    def read(self, shard: Shard, *, batch_rows: int, batch_bytes=None) -> Iterator[pa.Table]:
         start, length = shard.payload
         piece = self.table.slice(start, length)
         for offset in range(0, piece.num_rows, batch_rows):

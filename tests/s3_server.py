@@ -139,6 +139,8 @@ class RequestRecord:
     copy_source: bool = False
     body: bytes | None = None
     """The request body when it is at most ``RECORDED_BODY_MAX`` bytes (e.g. Complete's XML)."""
+    response_bytes: int = 0
+    """The length of the response body (e.g. the bytes a ranged GetObject returned)."""
 
     @property
     def part_number(self) -> int | None:
@@ -222,7 +224,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         # its response can already see the record.
         if proxy.should_drop(probe):
             size = sum(len(c) for c in self._body_chunks(proxy.bandwidth_bps))
-            proxy.record(probe, end=time.monotonic(), status=0, size=size, body=None)
+            proxy.record(probe, end=time.monotonic(), status=0, size=size, body=None, sent=0)
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
@@ -232,7 +234,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         else:
             status, headers, payload, size = self._forward(proxy)
         body = b"".join(self._kept) if size <= RECORDED_BODY_MAX else None
-        proxy.record(probe, end=time.monotonic(), status=status, size=size, body=body)
+        sent = len(payload) if self.command != "HEAD" else 0
+        proxy.record(probe, end=time.monotonic(), status=status, size=size, body=body, sent=sent)
         self._answer(status, headers, payload)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
@@ -381,9 +384,18 @@ class S3Proxy:
         return request.kind == "CompleteMultipartUpload" and self.fail_complete
 
     def record(
-        self, probe: RequestRecord, *, end: float, status: int, size: int, body: bytes | None
+        self,
+        probe: RequestRecord,
+        *,
+        end: float,
+        status: int,
+        size: int,
+        body: bytes | None,
+        sent: int,
     ) -> None:
-        done = dataclasses.replace(probe, end=end, status=status, request_bytes=size, body=body)
+        done = dataclasses.replace(
+            probe, end=end, status=status, request_bytes=size, body=body, response_bytes=sent
+        )
         with self._lock:
             self._records.append(done)
 

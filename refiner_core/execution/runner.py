@@ -72,7 +72,7 @@ async def _source_blocks(
     arrow_cap = pipeline.max_block_rows or DEFAULT_ARROW_BLOCK_ROWS
     byte_cap = pipeline.max_vectorized_block_bytes or DEFAULT_VECTORIZED_BLOCK_BYTES
     batch_rows = row_cap if pipeline.steps else arrow_cap
-    for block in pipeline.source.read(shard, batch_rows=batch_rows):
+    for block in pipeline.source.read(shard, batch_rows=batch_rows, batch_bytes=byte_cap):
         if isinstance(block, pa.Table):
             for piece in split_table(block, arrow_cap, byte_cap):
                 counters.rows_read += piece.num_rows

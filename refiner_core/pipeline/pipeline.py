@@ -112,7 +112,10 @@ class Pipeline:
         return dataclasses.replace(self, max_block_rows=n)
 
     def with_max_vectorized_block_bytes(self, n: int) -> Pipeline:
-        """Cap Arrow blocks from sources and vectorized operations at about ``n`` bytes."""
+        """Cap Arrow blocks from sources and vectorized operations at about ``n`` bytes
+        (64 MiB by default). Parquet and Lance sources also read about ``n`` bytes at a
+        time, judged from file metadata, so wide rows (inline images) never make a read
+        of thousands of them."""
         check_positive("max_vectorized_block_bytes", n)
         return dataclasses.replace(self, max_vectorized_block_bytes=n)
 

@@ -103,9 +103,13 @@ class Source(Protocol):
     def plan(self) -> list[Shard]:
         """List the shards; called when a stage starts, not when the pipeline is built."""
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[Block]:
+    def read(
+        self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
+    ) -> Iterator[Block]:
         """Yield the shard's blocks (Arrow tables or lists of rows) of at most about
-        ``batch_rows`` rows."""
+        ``batch_rows`` rows and, where the source can tell how large its rows are before
+        reading them, about ``batch_bytes`` bytes (so wide rows, e.g. inline images,
+        never make a block of ``batch_rows`` of them)."""
 
     def schema_hint(self) -> pa.Schema | None:
         """Known column types (with asset marks), or ``None``."""

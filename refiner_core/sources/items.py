@@ -38,7 +38,9 @@ class ItemsSource:
     def schema_hint(self):
         return None
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[list[Row]]:
+    def read(
+        self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
+    ) -> Iterator[list[Row]]:
         start, end = shard.payload
         for block_start in range(start, end, batch_rows):
             block = []

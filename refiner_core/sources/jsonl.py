@@ -70,8 +70,11 @@ class JsonlSource:
     def schema_hint(self):
         return None
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[list[Row]]:
-        """The lines that start in each ``(url, start, end)`` byte range of the shard."""
+    def read(
+        self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
+    ) -> Iterator[list[Row]]:
+        """The lines that start in each ``(url, start, end)`` byte range of the shard
+        (rows, not Arrow: ``batch_bytes`` does not apply)."""
         for url, start, end in shard.payload:
             yield from self._read_range(url, start, end, batch_rows)
 

@@ -21,6 +21,35 @@ from .base import (
     make_shards,
 )
 
+# Lance reads this many batches ahead by default; wide rows get fewer, so that the
+# batches read ahead stay within READAHEAD_BYTES.
+LANCE_READAHEAD = 16
+READAHEAD_BYTES = 128 * 1024 * 1024
+
+
+def fragment_batching(metadata: Any, batch_rows: int, batch_bytes: int | None) -> tuple[int, int]:
+    """``(rows per batch, batches read ahead)`` for a fragment: at most ``batch_rows``
+    rows and about ``batch_bytes`` bytes per batch, judged by the size of its data files
+    (all columns: Lance does not say how much of a file each column takes, so reading a
+    few narrow columns of a wide table gets smaller batches than it needs).
+
+    Example:
+        >>> from types import SimpleNamespace as Meta
+        >>> images = Meta(physical_rows=50_000, files=[Meta(file_size_bytes=50_000 * 20_480)])
+        >>> fragment_batching(images, 65_536, 64 << 20)
+        (3276, 2)
+        >>> fragment_batching(Meta(physical_rows=10, files=[Meta(file_size_bytes=None)]), 1024, 1)
+        (1024, 16)
+    """
+    sizes = [f.file_size_bytes for f in metadata.files]
+    rows = metadata.physical_rows
+    if batch_bytes is None or not rows or not sizes or any(size is None for size in sizes):
+        return batch_rows, LANCE_READAHEAD
+    width = max(1.0, sum(sizes) / rows)
+    batch = max(1, min(batch_rows, int(batch_bytes // width)))
+    readahead = max(1, min(LANCE_READAHEAD, int(READAHEAD_BYTES // (batch * width))))
+    return batch, readahead
+
 
 class LanceSource:
     """Reads one version of a Lance dataset; a shard is a run of whole fragments.
@@ -101,7 +130,13 @@ class LanceSource:
             return None
         return projected_schema(self._schema, self.columns, self.fields)
 
-    def _fragment_tables(self, version: int, fragment_ids: tuple[int, ...], batch_rows: int):
+    def _fragment_tables(
+        self,
+        version: int,
+        fragment_ids: tuple[int, ...],
+        batch_rows: int,
+        batch_bytes: int | None,
+    ):
         dataset = open_dataset(self.url, self.lance_options, version)
         for fragment_id in fragment_ids:
             fragment = dataset.get_fragment(fragment_id)
@@ -110,12 +145,19 @@ class LanceSource:
                     f"read_lance {self.url} version {version}: fragment {fragment_id} is gone; "
                     "the version was cleaned up while the run was reading it. Launch it again"
                 )
-            for batch in fragment.to_batches(batch_size=batch_rows, columns=self.columns):
+            rows, readahead = fragment_batching(fragment.metadata, batch_rows, batch_bytes)
+            for batch in fragment.to_batches(
+                batch_size=rows, batch_readahead=readahead, columns=self.columns
+            ):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch])
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[pa.Table]:
+    def read(
+        self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
+    ) -> Iterator[pa.Table]:
         version, fragment_ids = shard.payload
         where = f"read_lance {self.url} version {version}"
-        for table in iter_isolated(self._fragment_tables, version, fragment_ids, batch_rows):
+        for table in iter_isolated(
+            self._fragment_tables, version, fragment_ids, batch_rows, batch_bytes
+        ):
             yield apply_fields(table, self.fields, where=where)

@@ -22,6 +22,7 @@ from .base import (
     make_shards,
 )
 from .files import expand_inputs
+from .parquet_reads import iter_row_group_batches
 
 
 class ParquetSource:
@@ -101,16 +102,16 @@ class ParquetSource:
             return None
         return projected_schema(self._schema, self.columns, self.fields)
 
-    def read(self, shard: Shard, *, batch_rows: int) -> Iterator[pa.Table]:
+    def read(
+        self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
+    ) -> Iterator[pa.Table]:
         for url, row_groups in shard.payload:
             fs, path = resolve(url, self.storage_options)
             where = f"read_parquet {url}"
             try:
-                with fs.open(path, "rb") as f:
-                    pf = pq.ParquetFile(f)
-                    for batch in pf.iter_batches(
-                        batch_size=batch_rows, row_groups=list(row_groups), columns=self.columns
-                    ):
-                        yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
+                for batch in iter_row_group_batches(
+                    fs, path, row_groups, self.columns, batch_rows, batch_bytes
+                ):
+                    yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise ValueError(f"{where}: cannot read the file: {exc}") from exc

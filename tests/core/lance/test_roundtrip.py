@@ -180,3 +180,20 @@ def test_read_lance_errors(tmp_path: Path) -> None:
         mdr.read_lance(out, num_shards=0)
     with pytest.raises(ValueError, match="version"):
         mdr.read_lance(out, version=0)
+
+
+def test_read_lance_sizes_batches_of_wide_rows_by_bytes(tmp_path: Path) -> None:
+    out = str(tmp_path / "wide.lance")
+    rows = [{"id": i, "image": i.to_bytes(4, "big") * 256} for i in range(2_000)]  # 1 KiB each
+    mdr.from_items(rows, items_per_shard=2_000).write_lance(out).launch_local()
+    source = mdr.read_lance(out).source
+    (shard,) = source.plan()
+
+    tables = list(source.read(shard, batch_rows=65_536, batch_bytes=64 * 1024))
+    assert max(t.num_rows for t in tables) <= 64  # 64 KiB of rows over 1 KiB on disk
+    back = pa.concat_tables(tables)
+    assert back.column("id").to_pylist() == list(range(2_000))
+    assert back.column("image").to_pylist() == [r["image"] for r in rows]
+
+    (whole,) = source.read(shard, batch_rows=65_536, batch_bytes=None)
+    assert whole.num_rows == 2_000
