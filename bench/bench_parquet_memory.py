@@ -2,20 +2,27 @@
 
 Writes a Parquet file of ``--size-mib`` MiB (default 1024) of incompressible binary
 cells (``--cell-kib`` KiB each) into a temporary folder, then runs each case in a fresh
-child process while a thread samples the RSS of that process and all its children
+child process while a thread samples the memory (PSS) of that process and all its children
 (``launch_local`` workers included) every 10 ms::
 
     python bench/bench_parquet_memory.py --size-mib 1024 --repeat 3
 
-Cases, all with blocks of 1,024 rows:
+Cases:
 
 - baseline: ``pyarrow.parquet.ParquetFile.iter_batches(batch_size=1024)``, touching
   every batch;
 - consume: ``read_parquet(...).with_max_block_rows(1024).map(...)`` iterated with
   ``iter_rows()`` in the child;
-- write: the same pipeline ``.write_parquet(tmp).launch_local()`` (a worker process).
+- write: the same pipeline ``.write_parquet(tmp).launch_local()`` (a worker process);
+- convert: ``read_parquet(...).write_parquet(tmp).launch_local()`` with the default
+  block limits (65,536 rows or 64 MiB per Arrow block), no row step.
 
-Reported: the median peak RSS above the child's RSS before the run, relative to the
+``--row-group-mib`` sets the input's row group size (64 MiB by default). With large
+row groups (``--row-group-mib 1024``, as media tables often have) the baseline reads
+each column chunk whole before decoding it (pyarrow's ``pre_buffer``), while
+``read_parquet`` sizes its batches from the row group metadata and streams the chunk.
+
+Reported: the median peak memory above the child's memory before the run, relative to the
 file size and to one block (1,024 rows x cell size), and relative to the baseline.
 The temporary folder is deleted at the end.
 """
@@ -40,11 +47,11 @@ MIB = 2**20
 BLOCK_ROWS = 1024
 
 
-def generate(path: str, size: int, cell: int) -> int:
+def generate(path: str, size: int, cell: int, row_group: int = 64 * MIB) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows_per_group = max(1, (64 * MIB) // cell)
+    rows_per_group = max(1, row_group // cell)
     schema = pa.schema([("id", pa.int64()), ("payload", pa.binary())])
     written = 0
     with pq.ParquetWriter(path, schema, compression="none") as writer:
@@ -58,13 +65,15 @@ def generate(path: str, size: int, cell: int) -> int:
     return written
 
 
-def tree_rss(proc) -> int:
+def tree_memory(proc) -> int:
+    """Proportional set size of ``proc`` and its children: a page the child shares with
+    the ``launch_local`` worker it forked counts once in the total, not once per process."""
     import psutil
 
     total = 0
     for p in [proc, *proc.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
+            total += p.memory_full_info().pss
     return total
 
 
@@ -92,32 +101,47 @@ def case_consume(path: str, workdir: str) -> int:
     return sum(1 for _ in _pipeline(path).iter_rows())
 
 
-def case_write(path: str, workdir: str) -> int:
+def _write(pipeline, workdir: str) -> int:
     import io
 
     out = tempfile.mkdtemp(dir=workdir)
     with contextlib.redirect_stderr(io.StringIO()):
-        stats = _pipeline(path).write_parquet(out).launch_local(num_workers=1)
+        stats = pipeline.write_parquet(out).launch_local(num_workers=1)
     shutil.rmtree(out, ignore_errors=True)
     return stats.summary["rows_written"]
 
 
-CASES = {"baseline": case_baseline, "consume": case_consume, "write": case_write}
+def case_write(path: str, workdir: str) -> int:
+    return _write(_pipeline(path), workdir)
+
+
+def case_convert(path: str, workdir: str) -> int:
+    import refiner_core as mdr
+
+    return _write(mdr.read_parquet(path), workdir)
+
+
+CASES = {
+    "baseline": case_baseline,
+    "consume": case_consume,
+    "write": case_write,
+    "convert": case_convert,
+}
 
 
 def child(name: str, path: str, workdir: str, conn) -> None:
     import psutil
 
-    import refiner_core  # noqa: F401  (import before the baseline RSS is taken)
+    import refiner_core  # noqa: F401  (import before the baseline memory is taken)
 
     proc = psutil.Process()
-    before = tree_rss(proc)
+    before = tree_memory(proc)
     peak = [before]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], tree_rss(proc))
+            peak[0] = max(peak[0], tree_memory(proc))
             time.sleep(0.01)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -145,6 +169,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--cell-kib", type=int, default=10)
+    parser.add_argument(
+        "--row-group-mib", type=int, default=64, help="row group size of the input file"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     cell = args.cell_kib * 1024
@@ -152,11 +179,11 @@ def main() -> None:
     try:
         path = os.path.join(workdir, "input.parquet")
         started = time.perf_counter()
-        rows = generate(path, args.size_mib * MIB, cell)
+        rows = generate(path, args.size_mib * MIB, cell, args.row_group_mib * MIB)
         file_size = os.path.getsize(path)
         print(
-            f"input: {file_size / MIB:.0f} MiB, {rows} rows of {args.cell_kib} KiB, "
-            f"written in {time.perf_counter() - started:.1f} s"
+            f"input: {file_size / MIB:.0f} MiB, {rows} rows of {args.cell_kib} KiB, row groups "
+            f"of {args.row_group_mib} MiB, written in {time.perf_counter() - started:.1f} s"
         )
         block = BLOCK_ROWS * cell
         results: dict[str, list[dict]] = {name: [] for name in CASES}
