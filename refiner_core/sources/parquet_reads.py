@@ -1,10 +1,11 @@
 """Reading row groups of a Parquet file in batches whose size is bounded in bytes.
 
-pyarrow decodes a whole batch at once and, by default, reads every column chunk of a
-row group whole before decoding it (``pre_buffer``). A media table (inline images, audio, point clouds) can
-hold gigabytes in one row group, so both are bounded here: the batch size comes from
-the row groups' metadata, and columns whose chunks are larger than one batch are
-streamed in ``READ_BUFFER_BYTES`` reads.
+pyarrow decodes a whole batch at once and, by default, reads every column chunk of
+every row group it is handed before decoding any (``pre_buffer``). A media table
+(inline images, audio, point clouds) can hold gigabytes in one row group, and a shard
+can span many row groups, so both are bounded here: the batch size comes from the row
+groups' metadata, row groups are read whole a few batches' worth at a time, and a row
+group larger than that is streamed in ``READ_BUFFER_BYTES`` reads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import pyarrow.parquet as pq
 from ..io.datafile import is_local
 
 READ_BUFFER_BYTES = 8 * 1024 * 1024
+# Row groups are read whole (one request per column chunk) up to this many batches of
+# data at a time; a row group larger than that is streamed.
+WHOLE_READ_BATCHES = 4
 
 
 def read_chunks(group: pq.RowGroupMetaData, columns: list[str] | None) -> list[Any]:
@@ -65,17 +69,43 @@ def rows_per_batch(
     return max(1, min(batch_rows, int(batch_bytes // widest)))
 
 
-def needs_streaming(
-    metadata: pq.FileMetaData, row_groups: Any, columns: list[str] | None, batch_bytes: int | None
-) -> bool:
-    """Whether a column chunk to read is larger than one batch may be."""
-    if batch_bytes is None:
-        return False
-    return any(
-        chunk.total_compressed_size > batch_bytes
-        for index in row_groups
-        for chunk in read_chunks(metadata.row_group(index), columns)
-    )
+def group_read_bytes(metadata: pq.FileMetaData, index: int, columns: list[str] | None) -> int:
+    """Bytes read from the file for row group ``index`` (compressed column chunks)."""
+    return sum(c.total_compressed_size for c in read_chunks(metadata.row_group(index), columns))
+
+
+def whole_read_runs(
+    metadata: pq.FileMetaData, row_groups: Any, columns: list[str] | None, limit: int | None
+) -> list[list[int]] | None:
+    """``row_groups`` as runs of consecutive groups of at most ``limit`` bytes each, to be
+    read whole; ``None`` when one group alone is larger (it must be streamed).
+
+    Example:
+        >>> import io, pyarrow as pa, pyarrow.parquet as pq
+        >>> buf = io.BytesIO()
+        >>> pq.write_table(pa.table({"x": range(4_000)}), buf, row_group_size=1_000)
+        >>> meta = pq.ParquetFile(buf).metadata
+        >>> group = group_read_bytes(meta, 0, None)  # about the same for each group
+        >>> whole_read_runs(meta, [0, 1, 2, 3], None, int(2.5 * group))
+        [[0, 1], [2, 3]]
+        >>> whole_read_runs(meta, [0, 1], None, 100) is None
+        True
+    """
+    if limit is None:
+        return [list(row_groups)]
+    runs: list[list[int]] = []
+    total = 0
+    for index in row_groups:
+        size = group_read_bytes(metadata, index, columns)
+        if size > limit:
+            return None
+        if runs and total + size <= limit and runs[-1][-1] + 1 == index:
+            runs[-1].append(index)
+            total += size
+        else:
+            runs.append([index])
+            total = size
+    return runs
 
 
 def iter_row_group_batches(
@@ -86,15 +116,21 @@ def iter_row_group_batches(
     batch_rows: int,
     batch_bytes: int | None,
 ) -> Iterator[pa.RecordBatch]:
-    """The record batches of ``row_groups`` of the Parquet file at ``path`` on ``fs``."""
+    """The record batches of ``row_groups`` of the Parquet file at ``path`` on ``fs``.
+
+    Runs of row groups up to ``WHOLE_READ_BATCHES`` batches of data are read whole, one
+    run at a time (pyarrow reads every row group it is handed before decoding any);
+    larger row groups are streamed.
+    """
+    limit = WHOLE_READ_BATCHES * batch_bytes if batch_bytes is not None else None
     with fs.open(path, "rb") as f:
         metadata = pq.ParquetFile(f).metadata
         size = rows_per_batch(metadata, row_groups, columns, batch_rows, batch_bytes)
-        if not needs_streaming(metadata, row_groups, columns, batch_bytes):
+        runs = whole_read_runs(metadata, row_groups, columns, limit)
+        if runs is not None:
             parquet = pq.ParquetFile(f, metadata=metadata)
-            yield from parquet.iter_batches(
-                batch_size=size, row_groups=list(row_groups), columns=columns
-            )
+            for run in runs:
+                yield from parquet.iter_batches(batch_size=size, row_groups=run, columns=columns)
             return
     # Streaming interleaves reads of several columns; a remote file's read-ahead cache
     # would refetch a whole block for each, so every read goes straight to the store.
@@ -104,7 +140,7 @@ def iter_row_group_batches(
             f,
             metadata=metadata,
             pre_buffer=False,
-            buffer_size=min(READ_BUFFER_BYTES, batch_bytes),
+            buffer_size=min(READ_BUFFER_BYTES, batch_bytes or READ_BUFFER_BYTES),
         )
         yield from parquet.iter_batches(
             batch_size=size, row_groups=list(row_groups), columns=columns

@@ -63,33 +63,56 @@ def test_rows_read_in_byte_bounded_batches_come_back_whole_and_in_order(tmp_path
     assert [r.image for r in rows] == table.column("image").to_pylist()
 
 
-_POOL_PEAK = """
-import sys
+# Through fsspec, pyarrow reads into Python bytes (seen by tracemalloc) and decodes into
+# its memory pool; the sum of both peaks bounds what reading held at once.
+_HELD_AT_PEAK = """
+import sys, tracemalloc
 import pyarrow as pa
 from refiner_core.sources.parquet import ParquetSource
 source = ParquetSource(sys.argv[1])
 (shard,) = source.plan()
-rows = sum(t.num_rows for t in source.read(shard, batch_rows=65_536, batch_bytes=4 << 20))
-print(rows, pa.default_memory_pool().max_memory())
+tracemalloc.start()
+batches = source.read(shard, batch_rows=65_536, batch_bytes=int(sys.argv[2]))
+rows = sum(t.num_rows for t in batches)
+print(rows, tracemalloc.get_traced_memory()[1] + pa.default_memory_pool().max_memory())
 """
 
 
-def test_a_column_chunk_larger_than_a_batch_is_never_held_whole(tmp_path):
-    # 48 MiB in one row group, pages of 64 rows (1 MiB): read in 4 MiB batches
-    path = tmp_path / "wide.parquet"
-    write_wide(path, 3_072, 16 * KIB, write_batch_size=64)
+def held_at_peak(path, batch_bytes: int) -> tuple[int, int]:
+    """Rows read and the memory reading ``path`` as one shard held at its peak, in a
+    fresh process (both peaks are per process)."""
     out = subprocess.run(
-        [sys.executable, "-c", _POOL_PEAK, str(path)],
+        [sys.executable, "-c", _HELD_AT_PEAK, str(path), str(batch_bytes)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     ).stdout.split()
-    rows, peak = int(out[0]), int(out[1])
+    return int(out[0]), int(out[1])
+
+
+def test_a_row_group_larger_than_a_few_batches_is_streamed_not_held_whole(tmp_path):
+    # 48 MiB in one row group, pages of 64 rows (1 MiB): read in 4 MiB batches
+    path = tmp_path / "wide.parquet"
+    write_wide(path, 3_072, 16 * KIB, write_batch_size=64)
+    rows, peak = held_at_peak(path, 4 * MIB)
     assert rows == 3_072
-    # a batch, the read buffer, a page and slack; reading the chunk whole takes 48 MiB
-    assert peak < 16 * MIB, f"Arrow memory peaked at {peak / MIB:.1f} MiB"
+    # batches, the read buffer and a page (about 20 MiB); reading the chunk whole: 58 MiB
+    assert peak < 32 * MIB, f"reading held {peak / MIB:.1f} MiB"
+
+
+def test_a_shard_of_many_row_groups_is_read_a_few_groups_at_a_time(tmp_path):
+    # 32 MiB in 16 row groups of 2 MiB, one shard, 1 MiB batches: at most 4 MiB of
+    # row groups are read ahead of decoding, not the whole shard
+    path = tmp_path / "groups.parquet"
+    table = pa.table({"id": range(2_048), "image": cells(2_048, 16 * KIB, seed=1)})
+    pq.write_table(table, path, row_group_size=128, compression="none")
+    assert pq.ParquetFile(path).metadata.num_row_groups == 16
+    rows, peak = held_at_peak(path, MIB)
+    assert rows == 2_048
+    # about 6 MiB; all 16 groups at once: 36 MiB
+    assert peak < 16 * MIB, f"reading held {peak / MIB:.1f} MiB"
 
 
 def test_wide_columns_on_s3_are_streamed_in_bounded_reads_without_refetching(
