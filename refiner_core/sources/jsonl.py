@@ -73,12 +73,15 @@ class JsonlSource:
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
     ) -> Iterator[list[Row]]:
-        """The lines that start in each ``(url, start, end)`` byte range of the shard
-        (rows, not Arrow: ``batch_bytes`` does not apply)."""
+        """The lines that start in each ``(url, start, end)`` byte range of the shard, in
+        blocks of ``batch_rows`` lines or fewer once they add up to ``batch_bytes`` (lines
+        holding base64 media are large)."""
         for url, start, end in shard.payload:
-            yield from self._read_range(url, start, end, batch_rows)
+            yield from self._read_range(url, start, end, batch_rows, batch_bytes)
 
-    def _read_range(self, url: str, start: int, end: int, batch_rows: int) -> Iterator[list[Row]]:
+    def _read_range(
+        self, url: str, start: int, end: int, batch_rows: int, batch_bytes: int | None
+    ) -> Iterator[list[Row]]:
         fs, path = resolve(url, self.storage_options)
         with fs.open(path, "rb") as f:
             position = start
@@ -87,6 +90,7 @@ class JsonlSource:
                 skipped = f.readline()
                 position = start - 1 + len(skipped)
             block: list[Row] = []
+            block_bytes = 0
             while position < end:
                 line = f.readline()
                 if not line:
@@ -109,8 +113,10 @@ class JsonlSource:
                         f"{type(value).__name__}, not a JSON object; every line must be one object"
                     )
                 block.append(Row._wrap(value))
-                if len(block) >= batch_rows:
+                block_bytes += len(line)
+                if len(block) >= batch_rows or (batch_bytes and block_bytes >= batch_bytes):
                     yield block
                     block = []
+                    block_bytes = 0
             if block:
                 yield block

@@ -137,6 +137,20 @@ def test_read_jsonl_byte_range_shards_cover_every_line_once(tmp_path, num_shards
     assert [r.to_dict() for r in rows] == lines
 
 
+def test_read_jsonl_blocks_of_large_lines_are_bounded_in_bytes(tmp_path):
+    # lines of about 10 kB (base64 media, say): 50 kB of them make a block
+    lines = [{"i": i, "image": "A" * 10_000} for i in range(200)]
+    path = tmp_path / "media.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    source = mdr.read_jsonl(str(path)).source
+    (shard,) = source.plan()
+    blocks = list(source.read(shard, batch_rows=1024, batch_bytes=50_000))
+    assert [len(b) for b in blocks] == [5] * 40
+    assert [r.to_dict() for b in blocks for r in b] == lines
+    (whole,) = source.read(shard, batch_rows=1024)
+    assert len(whole) == 200
+
+
 def test_read_jsonl_tiny_ranges_and_many_files(tmp_path):
     parts = [jsonl_lines(15, seed=k) for k in range(3)]
     for k, lines in enumerate(parts):
