@@ -113,9 +113,9 @@ class Pipeline:
 
     def with_max_vectorized_block_bytes(self, n: int) -> Pipeline:
         """Cap Arrow blocks from sources and vectorized operations at about ``n`` bytes
-        (64 MiB by default). Parquet and Lance sources also read about ``n`` bytes at a
-        time, judged from file metadata, so wide rows (inline images) never make a read
-        of thousands of them."""
+        (64 MiB by default). Sources also read about ``n`` bytes at a time (Parquet and
+        Lance judge it from file metadata, JSONL ends a row block there), so wide rows
+        such as inline images never make a read of thousands of them."""
         check_positive("max_vectorized_block_bytes", n)
         return dataclasses.replace(self, max_vectorized_block_bytes=n)
 
