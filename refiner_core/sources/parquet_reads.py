@@ -123,7 +123,11 @@ def iter_row_group_batches(
     larger row groups are streamed.
     """
     limit = WHOLE_READ_BATCHES * batch_bytes if batch_bytes is not None else None
-    with fs.open(path, "rb") as f:
+    # pyarrow asks for exactly the byte ranges it needs (coalescing neighbours); a remote
+    # file's read-ahead cache would add a whole block to each, e.g. fetch every image
+    # column of a file when only its id column is read.
+    options = {} if is_local(fs) else {"cache_type": "none"}
+    with fs.open(path, "rb", **options) as f:
         metadata = pq.ParquetFile(f).metadata
         size = rows_per_batch(metadata, row_groups, columns, batch_rows, batch_bytes)
         runs = whole_read_runs(metadata, row_groups, columns, limit)
@@ -132,10 +136,6 @@ def iter_row_group_batches(
             for run in runs:
                 yield from parquet.iter_batches(batch_size=size, row_groups=run, columns=columns)
             return
-    # Streaming interleaves reads of several columns; a remote file's read-ahead cache
-    # would refetch a whole block for each, so every read goes straight to the store.
-    options = {} if is_local(fs) else {"cache_type": "none"}
-    with fs.open(path, "rb", **options) as f:
         parquet = pq.ParquetFile(
             f,
             metadata=metadata,
