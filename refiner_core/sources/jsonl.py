@@ -8,6 +8,7 @@ from typing import Any
 
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
+from ..io.ranged import open_range
 from ..row import Row
 from ..validation import check_positive
 from .base import (
@@ -83,10 +84,10 @@ class JsonlSource:
         self, url: str, start: int, end: int, batch_rows: int, batch_bytes: int | None
     ) -> Iterator[list[Row]]:
         fs, path = resolve(url, self.storage_options)
-        with fs.open(path, "rb") as f:
+        # from the byte before the range: a line starts at ``start`` only if it ends there
+        with open_range(fs, path, max(start - 1, 0), end) as f:
             position = start
             if start > 0:
-                f.seek(start - 1)
                 skipped = f.readline()
                 position = start - 1 + len(skipped)
             block: list[Row] = []

@@ -1,0 +1,92 @@
+"""Reading a byte range of a remote file without fetching far past its end."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from .datafile import is_local
+
+RANGE_BUFFER_BYTES = 32 * 1024 * 1024
+FIRST_TAIL_READ_BYTES = 16 * 1024
+
+
+class _RangeRaw(io.RawIOBase):
+    """Reads ``f`` from ``start`` in reads that stop at ``end``, then in reads of ``tail``
+    bytes, doubling each time, so a line that runs past the range is read to its end in
+    few requests whatever its length."""
+
+    def __init__(self, f: Any, start: int, end: int, tail: int) -> None:
+        self._f = f
+        self._position = start
+        self._end = end
+        self._tail = tail
+        f.seek(start)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        room = len(buffer)
+        if self._position < self._end:
+            room = min(room, self._end - self._position)
+        else:
+            room = min(room, self._tail)
+            self._tail *= 2
+        data = self._f.read(room)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+@contextlib.contextmanager
+def open_range(fs: Any, path: str, start: int, end: int) -> Iterator[Any]:
+    """A binary file positioned at ``start`` that reads little past ``end``.
+
+    Remote files get no read-ahead cache (it fetches a whole block, 50 MiB on s3fs,
+    beyond every read: a 1 MB range of a large file would cost 50 MB); reads go
+    straight to the store in pieces of up to ``RANGE_BUFFER_BYTES`` that stop at
+    ``end``, then from ``FIRST_TAIL_READ_BYTES`` on. Local files are opened as they are.
+
+    Example:
+        >>> import fsspec
+        >>> fs = fsspec.filesystem("memory")
+        >>> fs.pipe_file("/lines.txt", b"first\\nsecond\\nthird\\n")
+        >>> with open_range(fs, "/lines.txt", 6, 13) as f:
+        ...     f.readline(), f.tell()
+        (b'second\\n', 13)
+    """
+    if is_local(fs):
+        with fs.open(path, "rb") as f:
+            f.seek(start)
+            yield f
+        return
+    with fs.open(path, "rb", cache_type="none") as raw:
+        reader = io.BufferedReader(
+            _RangeRaw(raw, start, end, FIRST_TAIL_READ_BYTES), buffer_size=RANGE_BUFFER_BYTES
+        )
+        yield _Positioned(reader, start)
+
+
+class _Positioned:
+    """``readline``/``read``/``tell`` of a reader that started at ``offset`` of its file."""
+
+    def __init__(self, reader: io.BufferedReader, offset: int) -> None:
+        self._reader = reader
+        self._offset = offset
+        self._consumed = 0
+
+    def readline(self) -> bytes:
+        line = self._reader.readline()
+        self._consumed += len(line)
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._reader.read(size)
+        self._consumed += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self._offset + self._consumed
