@@ -36,7 +36,10 @@ class Source:
         if self.data is not None:
             yield self.data
             return
-        with self.fs.open(self.path, "rb") as f:
+        # reads of exactly STREAM_CHUNK: a read-ahead cache would fetch a whole block
+        # (50 MiB on s3fs) past each, far beyond a blob reference's end
+        options = {} if is_local(self.fs) else {"cache_type": "none"}
+        with self.fs.open(self.path, "rb", **options) as f:
             f.seek(self.offset)
             left = self.size
             while left > 0:

@@ -195,3 +195,35 @@ def test_coalesced_repack_on_s3_copies_whole_blocks_server_side_and_concurrently
     assert sorted((r.i, mdr.read_blob(r.video, storage_options=options)) for r in rows) == [
         (i, data) for i, (_, data) in enumerate(files)
     ]
+
+
+def test_large_blob_ranges_on_s3_are_streamed_without_reading_past_them(
+    s3_server, s3_bucket, s3_proxy
+):
+    """References of more than 8 MiB into a larger object are streamed; each fetch stops
+    at the reference's end (s3fs's read-ahead would add 50 MiB to every read)."""
+    data = os.urandom(40 * 2**20)
+    s3_server.client().put_object(Bucket=s3_bucket, Key="block.bin", Body=data)
+    url = f"s3://{s3_bucket}/block.bin"
+    spans = [(0, 9 * 2**20), (12 * 2**20, 9 * 2**20), (30 * 2**20, 9 * 2**20 + 5)]
+    rows = [
+        {"i": i, "clip": {"path": url, "offset": o, "size": s}} for i, (o, s) in enumerate(spans)
+    ]
+    options = s3_proxy.storage_options()
+    out = f"s3://{s3_bucket}/out"
+    s3_proxy.clear()
+    summary = (
+        mdr.from_items(rows, dtypes={"clip": mdr.datatype.blob_reference("video")})
+        .write_parquet(out, assets=mdr.BlobAssetConfig(), storage_options=options)
+        .launch_local()
+        .summary
+    )
+    assert summary["ranges_copied"] == 3
+    reads = [r for r in s3_proxy.records("GetObject") if r.path.endswith("/block.bin")]
+    fetched = sum(r.response_bytes for r in reads)
+    wanted = sum(s for _, s in spans)
+    assert fetched <= wanted + 2**20, f"{fetched} bytes fetched for {wanted} referenced"
+    written = mdr.read_parquet(out, storage_options=options).materialize()
+    assert sorted((r.i, mdr.read_blob(r.clip, storage_options=options)) for r in written) == [
+        (i, data[o : o + s]) for i, (o, s) in enumerate(spans)
+    ]
