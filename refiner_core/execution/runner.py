@@ -66,10 +66,10 @@ def row_block_cap(pipeline: Any) -> int:
 
 
 async def _source_blocks(
-    pipeline: Any, shard: Any, counters: ShardCounters
+    pipeline: Any, shard: Any, counters: ShardCounters, arrow_block_rows: int | None
 ) -> AsyncIterator[Block]:
     row_cap = row_block_cap(pipeline)
-    arrow_cap = pipeline.max_block_rows or DEFAULT_ARROW_BLOCK_ROWS
+    arrow_cap = pipeline.max_block_rows or arrow_block_rows or DEFAULT_ARROW_BLOCK_ROWS
     byte_cap = pipeline.max_vectorized_block_bytes or DEFAULT_VECTORIZED_BLOCK_BYTES
     batch_rows = row_cap if pipeline.steps else arrow_cap
     for block in pipeline.source.read(shard, batch_rows=batch_rows, batch_bytes=byte_cap):
@@ -106,10 +106,15 @@ async def _capped_output(blocks: AsyncIterator[list[Row]], counter: StepCounter,
 
 
 def shard_blocks(
-    pipeline: Any, shard: Any, ctx: ShardContext, counters: ShardCounters
+    pipeline: Any,
+    shard: Any,
+    ctx: ShardContext,
+    counters: ShardCounters,
+    arrow_block_rows: int | None = None,
 ) -> AsyncIterator[Block]:
-    """The async block stream of ``shard``: Arrow tables when no step needs rows."""
-    stream: AsyncIterator[Any] = _source_blocks(pipeline, shard, counters)
+    """The async block stream of ``shard``: Arrow tables when no step needs rows, of at
+    most ``arrow_block_rows`` rows (a sink's preference; ``with_max_block_rows`` wins)."""
+    stream: AsyncIterator[Any] = _source_blocks(pipeline, shard, counters, arrow_block_rows)
     if not pipeline.steps:
         return stream
     row_cap = row_block_cap(pipeline)

@@ -111,7 +111,11 @@ class WriteStage(ShardedStage):
         rows = 0
         try:
             async for block in shard_blocks(
-                self.pipeline, shard, ShardContext(shard.id, worker), counters
+                self.pipeline,
+                shard,
+                ShardContext(shard.id, worker),
+                counters,
+                getattr(self.sink, "arrow_block_rows", None),
             ):
                 if isinstance(block, pa.Table):
                     table = block

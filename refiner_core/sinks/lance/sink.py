@@ -73,6 +73,10 @@ class LanceSink(FileSink):
     extension = "lance"
     max_rows_per_file = 1024 * 1024
     max_rows_per_group = 1024
+    # Lance spends about a millisecond on every batch it is handed, so a pipeline
+    # without row steps hands it blocks of up to a file's rows (still within the
+    # vectorized block byte cap) instead of the engine's default 65,536.
+    arrow_block_rows = max_rows_per_file
 
     def __init__(
         self,
