@@ -17,7 +17,9 @@ Cases:
 - convert: ``read_parquet(...).write_parquet(tmp).launch_local()`` with the default
   block limits (65,536 rows or 64 MiB per Arrow block), no row step.
 
-``--row-group-mib`` sets the input's row group size (64 MiB by default). With large
+``--row-group-mib`` sets the input's row group size (64 MiB by default) and
+``--num-shards`` the refiner cases' ``read_parquet(num_shards=...)`` (``1``: the whole
+file in one shard, read a few row groups at a time). With large
 row groups (``--row-group-mib 1024``, as media tables often have) the baseline reads
 each column chunk whole before decoding it (pyarrow's ``pre_buffer``), while
 ``read_parquet`` sizes its batches from the row group metadata and streams the chunk.
@@ -77,7 +79,7 @@ def tree_memory(proc) -> int:
     return total
 
 
-def case_baseline(path: str, workdir: str) -> int:
+def case_baseline(path: str, workdir: str, num_shards: int | None) -> int:
     import pyarrow.parquet as pq
 
     rows = 0
@@ -87,18 +89,18 @@ def case_baseline(path: str, workdir: str) -> int:
     return rows
 
 
-def _pipeline(path: str):
+def _pipeline(path: str, num_shards: int | None):
     import refiner_core as mdr
 
     return (
-        mdr.read_parquet(path)
+        mdr.read_parquet(path, num_shards=num_shards)
         .with_max_block_rows(BLOCK_ROWS)
         .map(lambda row: {"payload_size": len(row.payload)})
     )
 
 
-def case_consume(path: str, workdir: str) -> int:
-    return sum(1 for _ in _pipeline(path).iter_rows())
+def case_consume(path: str, workdir: str, num_shards: int | None) -> int:
+    return sum(1 for _ in _pipeline(path, num_shards).iter_rows())
 
 
 def _write(pipeline, workdir: str) -> int:
@@ -111,14 +113,14 @@ def _write(pipeline, workdir: str) -> int:
     return stats.summary["rows_written"]
 
 
-def case_write(path: str, workdir: str) -> int:
-    return _write(_pipeline(path), workdir)
+def case_write(path: str, workdir: str, num_shards: int | None) -> int:
+    return _write(_pipeline(path, num_shards), workdir)
 
 
-def case_convert(path: str, workdir: str) -> int:
+def case_convert(path: str, workdir: str, num_shards: int | None) -> int:
     import refiner_core as mdr
 
-    return _write(mdr.read_parquet(path), workdir)
+    return _write(mdr.read_parquet(path, num_shards=num_shards), workdir)
 
 
 CASES = {
@@ -129,7 +131,7 @@ CASES = {
 }
 
 
-def child(name: str, path: str, workdir: str, conn) -> None:
+def child(name: str, path: str, workdir: str, num_shards: int | None, conn) -> None:
     import psutil
 
     import refiner_core  # noqa: F401  (import before the baseline memory is taken)
@@ -147,7 +149,7 @@ def child(name: str, path: str, workdir: str, conn) -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.perf_counter()
-    rows = CASES[name](path, workdir)
+    rows = CASES[name](path, workdir, num_shards)
     seconds = time.perf_counter() - started
     stop.set()
     sampler.join()
@@ -155,10 +157,10 @@ def child(name: str, path: str, workdir: str, conn) -> None:
     conn.close()
 
 
-def run_case(name: str, path: str, workdir: str) -> dict:
+def run_case(name: str, path: str, workdir: str, num_shards: int | None) -> dict:
     ctx = multiprocessing.get_context("spawn")
     parent, child_end = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=child, args=(name, path, workdir, child_end))
+    process = ctx.Process(target=child, args=(name, path, workdir, num_shards, child_end))
     process.start()
     result = parent.recv()
     process.join()
@@ -171,6 +173,12 @@ def main() -> None:
     parser.add_argument("--cell-kib", type=int, default=10)
     parser.add_argument(
         "--row-group-mib", type=int, default=64, help="row group size of the input file"
+    )
+    parser.add_argument(
+        "--num-shards",
+        type=int,
+        default=None,
+        help="read_parquet num_shards (default: shards of about 128 MiB)",
     )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
@@ -189,7 +197,7 @@ def main() -> None:
         results: dict[str, list[dict]] = {name: [] for name in CASES}
         for _ in range(args.repeat):
             for name in CASES:
-                result = run_case(name, path, workdir)
+                result = run_case(name, path, workdir, args.num_shards)
                 assert result["rows"] == rows, (name, result)
                 results[name].append(result)
     finally:
