@@ -17,7 +17,10 @@ Cases:
 - convert: ``read_parquet(...).write_parquet(tmp).launch_local()`` with the default
   block limits (65,536 rows or 64 MiB per Arrow block), no row step.
 
-``--row-group-mib`` sets the input's row group size (64 MiB by default) and
+``--input lance`` runs the same cases over a Lance dataset of the same rows (one data
+file; the baseline is ``lance.dataset(...).to_batches(batch_size=1024)``, the refiner
+cases use ``read_lance``). ``--row-group-mib`` sets a Parquet input's row group size
+(64 MiB by default) and
 ``--num-shards`` the refiner cases' ``read_parquet(num_shards=...)`` (``1``: the whole
 file in one shard, read a few row groups at a time). With large
 row groups (``--row-group-mib 1024``, as media tables often have) the baseline reads
@@ -79,28 +82,60 @@ def tree_memory(proc) -> int:
     return total
 
 
-def case_baseline(path: str, workdir: str, num_shards: int | None) -> int:
-    import pyarrow.parquet as pq
+def generate_lance(path: str, size: int, cell: int) -> int:
+    """The same rows as :func:`generate`, as a Lance dataset (one data file)."""
+    import lance
+    import pyarrow as pa
 
+    schema = pa.schema([("id", pa.int64()), ("payload", pa.binary())])
+    total = -(-size // cell)
+    step = max(1, (64 * MIB) // cell)
+
+    def batches():
+        for start in range(0, total, step):
+            n = min(step, total - start)
+            payload = os.urandom(n * cell)
+            cells = [payload[i * cell : (i + 1) * cell] for i in range(n)]
+            yield pa.record_batch([pa.array(range(start, start + n)), cells], schema=schema)
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    lance.write_dataset(reader, path, max_rows_per_file=max(total, 1))
+    return total
+
+
+def case_baseline(path: str, workdir: str, options: dict) -> int:
     rows = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=BLOCK_ROWS):
+    if options["input"] == "lance":
+        import lance
+
+        batches = lance.dataset(path).to_batches(batch_size=BLOCK_ROWS)
+    else:
+        import pyarrow.parquet as pq
+
+        batches = pq.ParquetFile(path).iter_batches(batch_size=BLOCK_ROWS)
+    for batch in batches:
         rows += batch.num_rows
         batch.column(1).nbytes  # noqa: B018 (touch the batch)
     return rows
 
 
-def _pipeline(path: str, num_shards: int | None):
+def _read(path: str, options: dict):
     import refiner_core as mdr
 
+    read = mdr.read_lance if options["input"] == "lance" else mdr.read_parquet
+    return read(path, num_shards=options["num_shards"])
+
+
+def _pipeline(path: str, options: dict):
     return (
-        mdr.read_parquet(path, num_shards=num_shards)
+        _read(path, options)
         .with_max_block_rows(BLOCK_ROWS)
         .map(lambda row: {"payload_size": len(row.payload)})
     )
 
 
-def case_consume(path: str, workdir: str, num_shards: int | None) -> int:
-    return sum(1 for _ in _pipeline(path, num_shards).iter_rows())
+def case_consume(path: str, workdir: str, options: dict) -> int:
+    return sum(1 for _ in _pipeline(path, options).iter_rows())
 
 
 def _write(pipeline, workdir: str) -> int:
@@ -113,14 +148,12 @@ def _write(pipeline, workdir: str) -> int:
     return stats.summary["rows_written"]
 
 
-def case_write(path: str, workdir: str, num_shards: int | None) -> int:
-    return _write(_pipeline(path, num_shards), workdir)
+def case_write(path: str, workdir: str, options: dict) -> int:
+    return _write(_pipeline(path, options), workdir)
 
 
-def case_convert(path: str, workdir: str, num_shards: int | None) -> int:
-    import refiner_core as mdr
-
-    return _write(mdr.read_parquet(path, num_shards=num_shards), workdir)
+def case_convert(path: str, workdir: str, options: dict) -> int:
+    return _write(_read(path, options), workdir)
 
 
 CASES = {
@@ -131,7 +164,7 @@ CASES = {
 }
 
 
-def child(name: str, path: str, workdir: str, num_shards: int | None, conn) -> None:
+def child(name: str, path: str, workdir: str, options: dict, conn) -> None:
     import psutil
 
     import refiner_core  # noqa: F401  (import before the baseline memory is taken)
@@ -149,7 +182,7 @@ def child(name: str, path: str, workdir: str, num_shards: int | None, conn) -> N
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.perf_counter()
-    rows = CASES[name](path, workdir, num_shards)
+    rows = CASES[name](path, workdir, options)
     seconds = time.perf_counter() - started
     stop.set()
     sampler.join()
@@ -157,10 +190,10 @@ def child(name: str, path: str, workdir: str, num_shards: int | None, conn) -> N
     conn.close()
 
 
-def run_case(name: str, path: str, workdir: str, num_shards: int | None) -> dict:
+def run_case(name: str, path: str, workdir: str, options: dict) -> dict:
     ctx = multiprocessing.get_context("spawn")
     parent, child_end = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=child, args=(name, path, workdir, num_shards, child_end))
+    process = ctx.Process(target=child, args=(name, path, workdir, options, child_end))
     process.start()
     result = parent.recv()
     process.join()
@@ -178,26 +211,39 @@ def main() -> None:
         "--num-shards",
         type=int,
         default=None,
-        help="read_parquet num_shards (default: shards of about 128 MiB)",
+        help="read_parquet/read_lance num_shards (default: shards of about 128 MiB)",
+    )
+    parser.add_argument(
+        "--input",
+        choices=("parquet", "lance"),
+        default="parquet",
+        help="the input's format (lance: one data file, read with read_lance)",
     )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     cell = args.cell_kib * 1024
     workdir = tempfile.mkdtemp(prefix="refiner-bench-parquet-")
     try:
-        path = os.path.join(workdir, "input.parquet")
+        path = os.path.join(workdir, f"input.{args.input}")
         started = time.perf_counter()
-        rows = generate(path, args.size_mib * MIB, cell, args.row_group_mib * MIB)
-        file_size = os.path.getsize(path)
+        if args.input == "lance":
+            rows = generate_lance(path, args.size_mib * MIB, cell)
+            layout = "one data file"
+        else:
+            rows = generate(path, args.size_mib * MIB, cell, args.row_group_mib * MIB)
+            layout = f"row groups of {args.row_group_mib} MiB"
+        file_size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+        file_size = file_size or os.path.getsize(path)
         print(
-            f"input: {file_size / MIB:.0f} MiB, {rows} rows of {args.cell_kib} KiB, row groups "
-            f"of {args.row_group_mib} MiB, written in {time.perf_counter() - started:.1f} s"
+            f"input: {args.input}, {file_size / MIB:.0f} MiB, {rows} rows of {args.cell_kib} "
+            f"KiB, {layout}, written in {time.perf_counter() - started:.1f} s"
         )
+        options = {"num_shards": args.num_shards, "input": args.input}
         block = BLOCK_ROWS * cell
         results: dict[str, list[dict]] = {name: [] for name in CASES}
         for _ in range(args.repeat):
             for name in CASES:
-                result = run_case(name, path, workdir, args.num_shards)
+                result = run_case(name, path, workdir, options)
                 assert result["rows"] == rows, (name, result)
                 results[name].append(result)
     finally:
