@@ -55,8 +55,8 @@ def open_range(fs: Any, path: str, start: int, end: int) -> Iterator[Any]:
         >>> fs = fsspec.filesystem("memory")
         >>> fs.pipe_file("/lines.txt", b"first\\nsecond\\nthird\\n")
         >>> with open_range(fs, "/lines.txt", 6, 13) as f:
-        ...     f.readline(), f.tell()
-        (b'second\\n', 13)
+        ...     f.readline()
+        b'second\\n'
     """
     if is_local(fs):
         with fs.open(path, "rb") as f:
@@ -67,26 +67,4 @@ def open_range(fs: Any, path: str, start: int, end: int) -> Iterator[Any]:
         reader = io.BufferedReader(
             _RangeRaw(raw, start, end, FIRST_TAIL_READ_BYTES), buffer_size=RANGE_BUFFER_BYTES
         )
-        yield _Positioned(reader, start)
-
-
-class _Positioned:
-    """``readline``/``read``/``tell`` of a reader that started at ``offset`` of its file."""
-
-    def __init__(self, reader: io.BufferedReader, offset: int) -> None:
-        self._reader = reader
-        self._offset = offset
-        self._consumed = 0
-
-    def readline(self) -> bytes:
-        line = self._reader.readline()
-        self._consumed += len(line)
-        return line
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._reader.read(size)
-        self._consumed += len(data)
-        return data
-
-    def tell(self) -> int:
-        return self._offset + self._consumed
+        yield reader
