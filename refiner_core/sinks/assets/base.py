@@ -35,7 +35,11 @@ class AssetWriterBase:
         self.folder = folder
         self.attempt = attempt
         self.attempt_dir = f"{config.subdir}/{attempt}"
-        self.filesystems = Filesystems(folder.fs.protocol, folder.storage_options)
+        self.filesystems = Filesystems(
+            folder.fs.protocol,
+            folder.storage_options,
+            getattr(config, "source_storage_options", None),
+        )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)
         self._executor: ThreadPoolExecutor | None = None

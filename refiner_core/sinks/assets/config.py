@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...io.datafile import check_relative
@@ -50,6 +51,12 @@ def _validate_common(config: Any) -> None:
         raise ValueError(
             f"missing_policy {config.missing_policy!r} is not one of {', '.join(map(repr, MISSING_POLICIES))}"
         )
+    options = config.source_storage_options
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(
+            "source_storage_options must be a dict of fsspec options for the filesystem the "
+            f"assets are read from (e.g. {{'endpoint_url': ...}}), got {type(options).__name__}"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,10 @@ class FileAssetConfig:
 
     The cell becomes the new file's absolute path or URL. Up to ``max_in_flight``
     copies run at once; a row is written only after all of its copies finished.
+    ``source_storage_options`` are fsspec options for reading the assets (e.g. media
+    on S3 behind another endpoint or credentials); by default an asset on the
+    output's filesystem type is read with the output's ``storage_options`` and any
+    other with none.
 
     Example:
         >>> import refiner_core as mdr
@@ -68,6 +79,7 @@ class FileAssetConfig:
     subdir: str = "assets"
     max_in_flight: int = 16
     missing_policy: str = "error"
+    source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -80,7 +92,8 @@ class BlobAssetConfig:
 
     Each cell becomes ``{path, offset, size}``. A block rolls over when it is
     non-empty and the next asset would take it past ``target_bytes``; an asset larger
-    than the target gets a block of its own.
+    than the target gets a block of its own. ``source_storage_options`` as for
+    :class:`FileAssetConfig`.
 
     Example:
         >>> import refiner_core as mdr
@@ -92,6 +105,7 @@ class BlobAssetConfig:
     target_bytes: int = 1 << 30
     missing_policy: str = "error"
     max_in_flight: int = 16
+    source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         _validate_common(self)

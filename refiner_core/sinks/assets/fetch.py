@@ -51,11 +51,18 @@ class Source:
 
 
 class Filesystems:
-    """Resolves source URLs, reusing the output's storage options for the same protocol."""
+    """Resolves source URLs: remote ones with ``source_options`` when given, else with
+    the output's storage options for the output's protocol and none for others."""
 
-    def __init__(self, protocol: Any, storage_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        protocol: Any,
+        storage_options: dict[str, Any],
+        source_options: dict[str, Any] | None = None,
+    ) -> None:
         self.protocol = protocol
         self.storage_options = storage_options
+        self.source_options = source_options
         self._cache: dict[str, Any] = {}
 
     def resolve(self, url: str):
@@ -64,6 +71,8 @@ class Filesystems:
         if fs is None:
             protocols = self.protocol if isinstance(self.protocol, tuple) else (self.protocol,)
             options = self.storage_options if scheme in protocols else None
+            if self.source_options is not None and scheme != "file":
+                options = dict(self.source_options)
             fs, path = resolve(url, options)
             self._cache[scheme] = fs
             return fs, path

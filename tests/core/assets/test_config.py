@@ -251,3 +251,10 @@ def test_jsonl_with_assets_writes_and_reads_back(tmp_path, config):
     repacked = sorted(read_rows(again), key=lambda r: r["i"])
     assert [mdr.read_blob(r["image"]) for r in repacked] == [b"img-0", b"img-1"]
     assert [mdr.read_blob(r["video"]) for r in repacked] == [b"video-a", b"video-b"]
+
+
+@pytest.mark.parametrize("config", [mdr.FileAssetConfig, mdr.BlobAssetConfig])
+def test_source_storage_options_must_be_a_dict(config):
+    assert config(source_storage_options={"anon": True}).source_storage_options == {"anon": True}
+    with pytest.raises(ValueError, match="source_storage_options must be a dict"):
+        config(source_storage_options="anon")

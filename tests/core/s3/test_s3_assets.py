@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -227,3 +228,31 @@ def test_large_blob_ranges_on_s3_are_streamed_without_reading_past_them(
     assert sorted((r.i, mdr.read_blob(r.clip, storage_options=options)) for r in written) == [
         (i, data[o : o + s]) for i, (o, s) in enumerate(spans)
     ]
+
+
+@pytest.mark.parametrize("config", [mdr.FileAssetConfig, mdr.BlobAssetConfig])
+def test_assets_on_s3_are_read_with_source_storage_options_into_a_local_output(
+    tmp_path, s3_server, s3_bucket, s3_storage_options, config
+):
+    """The output is local, so its storage options say nothing of S3: the sources are
+    reached through ``source_storage_options`` (here: moto's endpoint)."""
+    files = _media(tmp_path, 5)
+    urls = _upload(s3_server, s3_bucket, files)
+    assets = config(source_storage_options=s3_storage_options)
+    out = tmp_path / "out"
+    summary = (
+        mdr.from_items(
+            [{"i": i, "video": url} for i, url in enumerate(urls)],
+            dtypes={"video": mdr.datatype.video_path()},
+        )
+        .write_parquet(str(out), assets=assets)
+        .launch_local()
+        .summary
+    )
+    assert summary["assets_written"] == 5
+    rows = sorted(mdr.read_parquet(str(out)).materialize(), key=lambda r: r.i)
+    if config is mdr.FileAssetConfig:
+        got = [Path(r.video).read_bytes() for r in rows]
+    else:
+        got = [mdr.read_blob(r.video) for r in rows]
+    assert got == [data for _, data in files]
