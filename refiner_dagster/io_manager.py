@@ -81,6 +81,14 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "s3:// base URLs (turned into s3fs storage options)."
         ),
     )
+    source_storage_options: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "fsspec options for reading the media the rows point to. Default: the s3 "
+            "resource's options when base_url is not on S3 (media on S3, tables elsewhere), "
+            "else the output's options for media on the output's kind of store."
+        ),
+    )
     format: str = Field(
         default="parquet",
         description="Table format: 'parquet', 'jsonl' or 'lance' (per asset: refiner/format).",
@@ -147,6 +155,15 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         if isinstance(config, mdr.BlobAssetConfig):
             record["target_bytes"] = config.target_bytes
         return record
+
+    def resolved_source_options(self) -> dict[str, Any] | None:
+        """fsspec options for the media sources (see ``source_storage_options``)."""
+        if self.source_storage_options is not None:
+            return dict(self.source_storage_options)
+        on_s3 = str(self.base_url or "").startswith(("s3://", "s3a://"))
+        if self.s3 is not None and not on_s3:
+            return s3_storage_options(self.s3)
+        return None
 
     def resolved_storage_options(self) -> dict[str, Any]:
         """fsspec options: the S3Resource's (for ``s3://`` URLs), then ``storage_options``."""
@@ -281,6 +298,7 @@ class RefinerBlobIOManager(_RefinerIOManager):
             target_bytes=settings.target_bytes,
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
+            source_storage_options=self.resolved_source_options(),
         )
 
 
@@ -307,6 +325,7 @@ class RefinerFileIOManager(_RefinerIOManager):
             subdir=settings.subdir,
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
+            source_storage_options=self.resolved_source_options(),
         )
 
 

@@ -381,6 +381,41 @@ def test_s3_storage_from_s3_resource(dagster_instance, media, s3_server, s3_buck
     assert meta["block_bytes"] == sum(len(d) for _, d in files)
 
 
+def test_media_on_s3_is_read_with_the_s3_resource_when_tables_are_local(
+    dagster_instance, media, s3_server, s3_bucket
+):
+    files = media(3)
+    client = s3_server.client()
+    remote = []
+    for path, data in files:
+        key = f"raw/{os.path.basename(path)}"
+        client.put_object(Bucket=s3_bucket, Key=key, Body=data)
+        remote.append((f"s3://{s3_bucket}/{key}", data))
+    episodes = episodes_asset(remote)
+    options = s3_server.storage_options()
+    s3 = S3Resource(
+        endpoint_url=options["endpoint_url"],
+        aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"],
+        region_name="us-east-1",
+    )
+    manager = rd.RefinerBlobIOManager(s3=s3, num_workers=1)  # tables under the instance
+    seen: dict = {}
+    result = dg.materialize(
+        [
+            episodes,
+            rd.build_finalization_asset(episodes),
+            consumer_asset("episodes_finalized", seen),
+        ],
+        instance=dagster_instance,
+        resources={"refiner": manager},
+    )
+    assert result.success
+    rows = sorted(seen["table"].iter_rows(), key=lambda r: r.episode)
+    assert [mdr.read_blob(r.image) for r in rows] == [data for _, data in remote]
+    assert not rows[0].image["path"].startswith("s3://")
+
+
 def test_empty_dataset_loads_as_an_empty_pipeline(dagster_instance):
     @dg.asset(io_manager_key="refiner")
     def nothing() -> mdr.Pipeline:
