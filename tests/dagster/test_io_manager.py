@@ -342,6 +342,17 @@ def test_unknown_metadata_key_names_the_asset(dagster_instance, media):
         )
 
 
+def moto_s3_resource(s3_server) -> S3Resource:
+    """A dagster-aws S3Resource pointing at the test's moto server."""
+    options = s3_server.storage_options()
+    return S3Resource(
+        endpoint_url=options["endpoint_url"],
+        aws_access_key_id=options["key"],
+        aws_secret_access_key=options["secret"],
+        region_name="us-east-1",
+    )
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "lance"])
 def test_s3_storage_from_s3_resource(dagster_instance, media, s3_server, s3_bucket, fmt):
     files = media(4)
@@ -350,12 +361,7 @@ def test_s3_storage_from_s3_resource(dagster_instance, media, s3_server, s3_buck
     seen: dict = {}
     consumer = consumer_asset("episodes_finalized", seen)
     options = s3_server.storage_options()
-    s3 = S3Resource(
-        endpoint_url=options["endpoint_url"],
-        aws_access_key_id=options["key"],
-        aws_secret_access_key=options["secret"],
-        region_name="us-east-1",
-    )
+    s3 = moto_s3_resource(s3_server)
     manager = rd.RefinerBlobIOManager(base_url=f"s3://{s3_bucket}/datasets", s3=s3, num_workers=2)
     checks = rd.build_dataset_checks(finalized)
     result = dg.materialize(
@@ -392,13 +398,7 @@ def test_media_on_s3_is_read_with_the_s3_resource_when_tables_are_local(
         client.put_object(Bucket=s3_bucket, Key=key, Body=data)
         remote.append((f"s3://{s3_bucket}/{key}", data))
     episodes = episodes_asset(remote)
-    options = s3_server.storage_options()
-    s3 = S3Resource(
-        endpoint_url=options["endpoint_url"],
-        aws_access_key_id=options["key"],
-        aws_secret_access_key=options["secret"],
-        region_name="us-east-1",
-    )
+    s3 = moto_s3_resource(s3_server)
     manager = rd.RefinerBlobIOManager(s3=s3, num_workers=1)  # tables under the instance
     seen: dict = {}
     result = dg.materialize(

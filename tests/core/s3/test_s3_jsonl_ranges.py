@@ -10,15 +10,20 @@ import refiner_core as mdr
 from tests.s3_fixtures import *  # noqa: F403
 
 
+def upload_jsonl(tmp_path, s3_server, bucket: str, key: str, lines: list[dict]) -> int:
+    """Write ``lines`` as JSON Lines to ``s3://bucket/key``; returns the file's size."""
+    path = tmp_path / key
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    s3_server.client().upload_file(str(path), bucket, key)
+    return path.stat().st_size
+
+
 @pytest.mark.parametrize("num_shards", [1, 16])
 def test_jsonl_shards_fetch_about_the_file_once(
     tmp_path, s3_server, s3_bucket, s3_proxy, num_shards
 ):
     lines = [{"i": i, "text": f"{i:06d}" * 300} for i in range(8_000)]  # ~15 MB
-    path = tmp_path / "episodes.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    size = path.stat().st_size
-    s3_server.client().upload_file(str(path), s3_bucket, "episodes.jsonl")
+    size = upload_jsonl(tmp_path, s3_server, s3_bucket, "episodes.jsonl", lines)
     s3_proxy.clear()
 
     pipeline = mdr.read_jsonl(
@@ -39,10 +44,7 @@ def test_jsonl_lines_longer_than_a_read_are_read_whole_across_range_ends(
 ):
     # 300 kB lines (base64 media, say): every range end falls inside one
     lines = [{"i": i, "image": chr(65 + i % 26) * 300_000} for i in range(20)]
-    path = tmp_path / "media.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    size = path.stat().st_size
-    s3_server.client().upload_file(str(path), s3_bucket, "media.jsonl")
+    size = upload_jsonl(tmp_path, s3_server, s3_bucket, "media.jsonl", lines)
     s3_proxy.clear()
 
     pipeline = mdr.read_jsonl(
