@@ -371,7 +371,7 @@ def _run_stages(
             stats.summary = st.summary
             st.rows = st.summary.get("rows_written", 0)
             st.bytes = st.summary.get("bytes_written", 0)
-            progress = StageProgress(label, 1)
+            progress = StageProgress(label, 1, rate=False, started=stage_started)
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:

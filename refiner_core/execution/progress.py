@@ -24,15 +24,35 @@ def human_bytes(n: float) -> str:
 
 
 class StageProgress:
-    """Shows shards done, rows, bytes, rate and elapsed time for one stage."""
+    """Shows shards done, rows, bytes, rate and elapsed time for one stage.
 
-    def __init__(self, label: str, total_shards: int, *, interval: float = 2.0) -> None:
+    ``rate=False`` leaves out rows per second, for a stage that counts rows it did not
+    process (a finalization reports the rows its write stage wrote); ``started`` is
+    when the stage began, if before this object.
+
+    Example:
+        >>> progress = StageProgress("demo stage 1: finalize", 1, rate=False)
+        >>> progress.update(rows=2_500, nbytes=2048, shards=1)
+        >>> progress.describe()
+        '1/1 shards, 2.5k rows, 2.0 KiB'
+    """
+
+    def __init__(
+        self,
+        label: str,
+        total_shards: int,
+        *,
+        interval: float = 2.0,
+        rate: bool = True,
+        started: float | None = None,
+    ) -> None:
         self.label = label
         self.total = total_shards
         self.done = 0
         self.rows = 0
         self.bytes = 0
-        self.started = time.monotonic()
+        self.rate = rate
+        self.started = time.monotonic() if started is None else started
         self._interval = interval
         self._last_line = time.monotonic()
         self._rich = None
@@ -51,8 +71,15 @@ class StageProgress:
             self._rich.start()
 
     def _detail(self) -> str:
-        elapsed = max(1e-9, time.monotonic() - self.started)
-        return f"{_human(self.rows)} rows, {human_bytes(self.bytes)}, {_human(self.rows / elapsed)} rows/s"
+        detail = f"{_human(self.rows)} rows, {human_bytes(self.bytes)}"
+        if self.rate:
+            elapsed = max(1e-9, time.monotonic() - self.started)
+            detail += f", {_human(self.rows / elapsed)} rows/s"
+        return detail
+
+    def describe(self) -> str:
+        """Shards done and the detail, as the plain progress line shows them."""
+        return f"{self.done}/{self.total} shards, {self._detail()}"
 
     def update(self, rows: int = 0, nbytes: int = 0, shards: int = 0) -> None:
         self.rows += rows
@@ -69,7 +96,7 @@ class StageProgress:
     def _print(self) -> None:
         elapsed = time.monotonic() - self.started
         print(
-            f"[{self.label}] {self.done}/{self.total} shards, {self._detail()}, {elapsed:.1f}s",
+            f"[{self.label}] {self.describe()}, {elapsed:.1f}s",
             file=sys.stderr,
             flush=True,
         )

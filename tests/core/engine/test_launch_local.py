@@ -326,3 +326,17 @@ def test_an_error_in_the_launcher_itself_stops_the_workers_promptly(tmp_path, mo
     assert len(data_files(tmp_path / "out")) == 1
     assert 5 <= log.count("row") <= 6
     assert not [n for n in all_files(tmp_path / "out") if n.endswith(".tmp")]
+
+
+def test_progress_lines_give_a_rate_only_for_stages_that_process_rows(tmp_path, capfd):
+    mdr.from_items([{"a": i} for i in range(3_000)], items_per_shard=1_000).write_parquet(
+        str(tmp_path / "out")
+    ).launch_local(name="job")
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[job")]
+    write = [line for line in lines if "stage 0" in line]
+    finalize = [line for line in lines if "stage 1: finalize" in line]
+    assert write and "3/3 shards, 3.0k rows" in write[-1] and "rows/s" in write[-1]
+    # the finalization counts the rows the write stage wrote; a rate over its own
+    # few milliseconds would read as billions of rows per second
+    assert finalize and "1/1 shards, 3.0k rows" in finalize[-1]
+    assert not any("rows/s" in line for line in finalize)
