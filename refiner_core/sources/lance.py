@@ -57,7 +57,8 @@ class LanceSource:
     The version is pinned when the stage plans (the latest one when ``version`` is
     ``None``) and travels in every shard, so all shards read the same snapshot even
     if the dataset is written to meanwhile. Blocks are Arrow tables of at most
-    ``batch_rows`` rows; field metadata (asset marks) comes back as written.
+    ``batch_rows`` rows and about ``batch_bytes`` bytes (:func:`fragment_batching`);
+    field metadata (asset marks) comes back as written.
 
     Example:
         >>> import tempfile, refiner_core as mdr
