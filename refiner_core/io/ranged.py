@@ -41,13 +41,18 @@ class _RangeRaw(io.RawIOBase):
         return len(data)
 
 
+def open_uncached(fs: Any, path: str) -> Any:
+    """``fs.open(path, "rb")`` whose reads go straight to the store: remote files get no
+    read-ahead cache, which fetches a whole block (50 MiB on s3fs) past every read."""
+    return fs.open(path, "rb") if is_local(fs) else fs.open(path, "rb", cache_type="none")
+
+
 @contextlib.contextmanager
 def open_range(fs: Any, path: str, start: int, end: int) -> Iterator[Any]:
     """A binary file positioned at ``start`` that reads little past ``end``.
 
-    Remote files get no read-ahead cache (it fetches a whole block, 50 MiB on s3fs,
-    beyond every read: a 1 MB range of a large file would cost 50 MB); reads go
-    straight to the store in pieces of up to ``RANGE_BUFFER_BYTES`` that stop at
+    Remote files are read through :func:`open_uncached` (a 1 MB range of a large file
+    would otherwise cost 50 MB) in pieces of up to ``RANGE_BUFFER_BYTES`` that stop at
     ``end``, then from ``FIRST_TAIL_READ_BYTES`` on. Local files are opened as they are.
 
     Example:
@@ -63,7 +68,7 @@ def open_range(fs: Any, path: str, start: int, end: int) -> Iterator[Any]:
             f.seek(start)
             yield f
         return
-    with fs.open(path, "rb", cache_type="none") as raw:
+    with open_uncached(fs, path) as raw:
         reader = io.BufferedReader(
             _RangeRaw(raw, start, end, FIRST_TAIL_READ_BYTES), buffer_size=RANGE_BUFFER_BYTES
         )

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io.datafile import is_local
+from ..io.ranged import open_uncached
 
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 # Row groups are read whole (one request per column chunk) up to this many batches of
@@ -123,25 +123,23 @@ def iter_row_group_batches(
     larger row groups are streamed.
     """
     limit = WHOLE_READ_BATCHES * batch_bytes if batch_bytes is not None else None
-    # pyarrow asks for exactly the byte ranges it needs (coalescing neighbours); a remote
-    # file's read-ahead cache would add a whole block to each, e.g. fetch every image
-    # column of a file when only its id column is read.
-    options = {} if is_local(fs) else {"cache_type": "none"}
-    with fs.open(path, "rb", **options) as f:
-        metadata = pq.ParquetFile(f).metadata
+    # pyarrow asks for exactly the byte ranges it needs (coalescing neighbours); with a
+    # read-ahead cache, reading the id column of an image table would fetch the images
+    with open_uncached(fs, path) as f:
+        parquet = pq.ParquetFile(f)
+        metadata = parquet.metadata
         size = rows_per_batch(metadata, row_groups, columns, batch_rows, batch_bytes)
         runs = whole_read_runs(metadata, row_groups, columns, limit)
         if runs is not None:
-            parquet = pq.ParquetFile(f, metadata=metadata)
             for run in runs:
                 yield from parquet.iter_batches(batch_size=size, row_groups=run, columns=columns)
             return
-        parquet = pq.ParquetFile(
+        streamed = pq.ParquetFile(
             f,
             metadata=metadata,
             pre_buffer=False,
             buffer_size=min(READ_BUFFER_BYTES, batch_bytes or READ_BUFFER_BYTES),
         )
-        yield from parquet.iter_batches(
+        yield from streamed.iter_batches(
             batch_size=size, row_groups=list(row_groups), columns=columns
         )

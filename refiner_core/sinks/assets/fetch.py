@@ -8,6 +8,7 @@ from typing import Any
 
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
+from ...io.ranged import open_uncached
 
 INLINE_LIMIT = 8 * 1024 * 1024
 STREAM_CHUNK = 8 * 1024 * 1024
@@ -36,10 +37,7 @@ class Source:
         if self.data is not None:
             yield self.data
             return
-        # reads of exactly STREAM_CHUNK: a read-ahead cache would fetch a whole block
-        # (50 MiB on s3fs) past each, far beyond a blob reference's end
-        options = {} if is_local(self.fs) else {"cache_type": "none"}
-        with self.fs.open(self.path, "rb", **options) as f:
+        with open_uncached(self.fs, self.path) as f:  # no read past a reference's end
             f.seek(self.offset)
             left = self.size
             while left > 0:
