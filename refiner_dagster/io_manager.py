@@ -160,15 +160,17 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         """fsspec options for the media sources (see ``source_storage_options``)."""
         if self.source_storage_options is not None:
             return dict(self.source_storage_options)
-        on_s3 = str(self.base_url or "").startswith(("s3://", "s3a://"))
-        if self.s3 is not None and not on_s3:
+        if self.s3 is not None and not self._base_on_s3():
             return s3_storage_options(self.s3)
         return None
+
+    def _base_on_s3(self) -> bool:
+        return str(self.base_url or "").startswith(("s3://", "s3a://"))
 
     def resolved_storage_options(self) -> dict[str, Any]:
         """fsspec options: the S3Resource's (for ``s3://`` URLs), then ``storage_options``."""
         options: dict[str, Any] = {}
-        if self.s3 is not None and str(self.base_url or "").startswith(("s3://", "s3a://")):
+        if self.s3 is not None and self._base_on_s3():
             options.update(s3_storage_options(self.s3))
         options.update(self.storage_options or {})
         return options

@@ -115,7 +115,7 @@ class WriteStage(ShardedStage):
                 shard,
                 ShardContext(shard.id, worker),
                 counters,
-                getattr(self.sink, "arrow_block_rows", None),
+                self.sink.arrow_block_rows,
             ):
                 if isinstance(block, pa.Table):
                     table = block

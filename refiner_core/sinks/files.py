@@ -24,6 +24,9 @@ class FileSink:
 
     format = "files"
     extension = ""
+    # Rows per Arrow block this sink prefers from a pipeline without row steps; None
+    # takes the engine's default.
+    arrow_block_rows: int | None = None
 
     def __init__(
         self,

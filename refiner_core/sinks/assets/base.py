@@ -36,9 +36,7 @@ class AssetWriterBase:
         self.attempt = attempt
         self.attempt_dir = f"{config.subdir}/{attempt}"
         self.filesystems = Filesystems(
-            folder.fs.protocol,
-            folder.storage_options,
-            getattr(config, "source_storage_options", None),
+            folder.fs.protocol, folder.storage_options, config.source_storage_options
         )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)
