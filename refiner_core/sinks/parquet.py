@@ -61,7 +61,10 @@ class RowGroupWriter:
 
     def _flush(self, *, last: bool) -> None:
         groups = list(split_table(pa.concat_tables(self._pending), self.max_rows, self.max_bytes))
-        rest = [] if last else [groups.pop()]  # the last slice waits for more rows
+        # a limit was reached, so every slice is a full group but perhaps the last, which
+        # then waits for more rows
+        partial = len(groups) > 1 and groups[-1].num_rows < groups[0].num_rows
+        rest = [groups.pop()] if partial and not last else []
         for group in groups:
             self._writer.write_table(group, row_group_size=group.num_rows)
         self._pending = rest

@@ -205,3 +205,21 @@ def test_parquet_row_group_size_and_bytes_bound_each_group(tmp_path):
 def test_parquet_row_group_limits_are_checked_when_the_pipeline_is_built(tmp_path, option, value):
     with pytest.raises(ValueError, match=f"write_parquet {option} must be a positive integer"):
         items(3).write_parquet(str(tmp_path / "out"), **{option: value})
+
+
+def test_a_full_row_group_is_written_at_once_not_held_for_the_next_block():
+    import io
+
+    from refiner_core.sinks.parquet import RowGroupWriter
+
+    out = io.BytesIO()
+    writer = RowGroupWriter(out, pa.schema([("i", pa.int64())]), max_rows=250)
+    writer.write(pa.table({"i": range(250)}))
+    written = len(out.getvalue())
+    assert written > len(b"PAR1")  # the group is in the file, not waiting in memory
+    writer.write(pa.table({"i": range(250, 350)}))
+    assert len(out.getvalue()) == written  # 100 rows: not a group yet
+    writer.close()
+    meta = pq.ParquetFile(io.BytesIO(out.getvalue())).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [250, 100]
+    assert pq.read_table(io.BytesIO(out.getvalue())).column("i").to_pylist() == list(range(350))
