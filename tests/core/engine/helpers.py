@@ -68,24 +68,26 @@ def row_group_sizes(output: Path) -> list[int]:
 
 
 class SinkBlocks:
-    """Row counts of the blocks the Parquet/JSONL sinks receive, in arrival order.
+    """Row counts of the blocks a sink's attempt writers receive, in arrival order
+    (``writer``: the Parquet/JSONL one by default, or e.g. ``LanceAttemptWriter``).
 
     Records from forked workers too (each block appends a line to one file), so a test
     sees exactly what reached the sink, whatever the row groups written from it.
     """
 
-    def __init__(self, monkeypatch: Any, path: Path) -> None:
+    def __init__(self, monkeypatch: Any, path: Path, writer: Any = None) -> None:
         from refiner_core.sinks.files import FileAttemptWriter
 
+        writer = writer or FileAttemptWriter
         self.path = path
-        put = FileAttemptWriter._put
+        put = writer._put
 
-        def recording(writer: Any, table: Any) -> None:
+        def recording(attempt: Any, table: Any) -> None:
             with open(path, "a") as f:
                 f.write(f"{table.num_rows}\n")
-            put(writer, table)
+            put(attempt, table)
 
-        monkeypatch.setattr(FileAttemptWriter, "_put", recording)
+        monkeypatch.setattr(writer, "_put", recording)
 
     def sizes(self) -> list[int]:
         return [int(n) for n in self.path.read_text().split()] if self.path.exists() else []

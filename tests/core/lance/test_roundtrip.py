@@ -199,36 +199,24 @@ def test_read_lance_sizes_batches_of_wide_rows_by_bytes(tmp_path: Path) -> None:
     assert whole.num_rows == 2_000
 
 
-def lance_blocks(monkeypatch: pytest.MonkeyPatch, record: Path) -> None:
-    """Append the row count of every block the Lance writer gets (workers too) to ``record``."""
-    from refiner_core.sinks.lance.writer import LanceAttemptWriter
-
-    put = LanceAttemptWriter._put
-
-    def recording(writer, block):
-        with open(record, "a") as f:
-            f.write(f"{block.num_rows}\n")
-        put(writer, block)
-
-    monkeypatch.setattr(LanceAttemptWriter, "_put", recording)
-
-
 def test_lance_gets_large_blocks_when_no_step_needs_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pyarrow.parquet as pq
 
+    from refiner_core.sinks.lance.writer import LanceAttemptWriter
+    from tests.core.engine.helpers import SinkBlocks
+
     source = tmp_path / "frames.parquet"
     pq.write_table(pa.table({"id": range(300_000), "x": [0.5] * 300_000}), source)
-    record = tmp_path / "blocks.txt"
-    lance_blocks(monkeypatch, record)
+    blocks = SinkBlocks(monkeypatch, tmp_path / "blocks.txt", LanceAttemptWriter)
 
     mdr.read_parquet(str(source)).write_lance(str(tmp_path / "a.lance")).launch_local()
     # one block (Lance pays for every batch), not the engine's 65,536-row default
-    assert record.read_text().split() == ["300000"]
+    assert blocks.sizes() == [300_000]
 
-    record.unlink()
+    blocks.path.unlink()
     pipeline = mdr.read_parquet(str(source)).with_max_block_rows(100_000)
     pipeline.write_lance(str(tmp_path / "b.lance")).launch_local()
-    assert record.read_text().split() == ["100000"] * 3
+    assert blocks.sizes() == [100_000] * 3
     assert [r.id for r in mdr.read_lance(str(tmp_path / "b.lance")).take(3)] == [0, 1, 2]
