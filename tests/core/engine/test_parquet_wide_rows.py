@@ -54,11 +54,24 @@ def test_batches_of_wide_rows_are_sized_by_bytes_of_the_read_columns(tmp_path):
     assert [t.num_rows for t in tables] == [2_000]
 
 
-def test_rows_read_in_byte_bounded_batches_come_back_whole_and_in_order(tmp_path):
+def test_the_pipelines_block_byte_cap_sizes_what_the_source_reads(tmp_path, monkeypatch):
+    from refiner_core.sources import parquet
+
+    read = parquet.iter_row_group_batches
+    batches: list[int] = []
+
+    def recording(*args, **kwargs):
+        for batch in read(*args, **kwargs):
+            batches.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(parquet, "iter_row_group_batches", recording)
     path = tmp_path / "wide.parquet"
     table = write_wide(path, 600, 4 * KIB)
     pipeline = mdr.read_parquet(str(path)).with_max_vectorized_block_bytes(40 * KIB)
     rows = pipeline.take(600)
+    # the source read 9 rows of just over 4 KiB at a time, not 600 sliced afterwards
+    assert sum(batches) == 600 and max(batches) <= 10
     assert [r.id for r in rows] == list(range(600))
     assert [r.image for r in rows] == table.column("image").to_pylist()
 
