@@ -229,11 +229,11 @@ def main() -> None:
         if args.input == "lance":
             rows = generate_lance(path, args.size_mib * MIB, cell)
             layout = "one data file"
+            file_size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
         else:
             rows = generate(path, args.size_mib * MIB, cell, args.row_group_mib * MIB)
             layout = f"row groups of {args.row_group_mib} MiB"
-        file_size = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-        file_size = file_size or os.path.getsize(path)
+            file_size = os.path.getsize(path)
         print(
             f"input: {args.input}, {file_size / MIB:.0f} MiB, {rows} rows of {args.cell_kib} "
             f"KiB, {layout}, written in {time.perf_counter() - started:.1f} s"
