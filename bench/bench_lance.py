@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import refiner_core as mdr  # noqa: E402
-from refiner_core.sinks.lance.isolation import call_forked, call_isolated  # noqa: E402
+from refiner_core.lance.isolation import call_forked, call_isolated  # noqa: E402
 from refiner_core.sources.base import Shard, make_shards  # noqa: E402
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import fields_from_dtypes
-from ..sinks.lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
-from ..sinks.lance.isolation import call_isolated, iter_isolated
+from ..lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
+from ..lance.isolation import call_isolated, iter_isolated
 from ..validation import check_positive
 from .arrow_cast import apply_fields, projected_schema
 from .base import (

@@ -13,9 +13,7 @@ import pyarrow as pa
 from ...errors import RefinerError
 from ...execution.attempts import read_manifests
 from ...io.datafile import is_local
-from ..files import FileSink
-from ..finalize import FinalizeStage, remove_attempt
-from .dataset import (
+from ...lance.dataset import (
     commit_fragments,
     dataset_schema,
     inspect_history,
@@ -24,7 +22,9 @@ from .dataset import (
     schema_difference,
     schema_from_text,
 )
-from .isolation import call_isolated
+from ...lance.isolation import call_isolated
+from ..files import FileSink
+from ..finalize import FinalizeStage, remove_attempt
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
 MODES = ("create", "append", "overwrite")

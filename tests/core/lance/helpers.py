@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from refiner_core.sinks.lance.isolation import call_isolated
+from refiner_core.lance.isolation import call_isolated
 
 
 def _open(uri: str, options: dict | None, version: int | None):

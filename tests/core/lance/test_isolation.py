@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from refiner_core.sinks.lance.isolation import (
+from refiner_core.lance.isolation import (
     call_forked,
     call_isolated,
     isolating,

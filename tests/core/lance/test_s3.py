@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import refiner_core as mdr
-from refiner_core.sinks.lance.dataset import lance_storage_options
+from refiner_core.lance.dataset import lance_storage_options
 from tests.s3_fixtures import *  # noqa: F403
 from tests.s3_server import MotoS3
 

@@ -9,7 +9,7 @@ it ever used Lance (calls that cannot be pickled run in a child forked for them)
 Worker processes, forked from a process that never used Lance, call it directly.
 
 Example:
-    >>> from refiner_core.sinks.lance.isolation import call_isolated
+    >>> from refiner_core.lance.isolation import call_isolated
     >>> call_isolated(pow, 2, 10)
     1024
 """

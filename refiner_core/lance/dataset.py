@@ -1,7 +1,7 @@
 """Lance datasets as refiner uses them: options, probing, history and the one commit.
 
 Functions here call Lance in the current process; the planning process runs them
-through :func:`~refiner_core.sinks.lance.isolation.call_isolated`.
+through :func:`~refiner_core.lance.isolation.call_isolated`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...datatype import asset_of
-from ...io.datafile import full_url, resolve
+from ..datatype import asset_of
+from ..io.datafile import full_url, resolve
 
 RUN_PROPERTY = "refiner.run_id"
 
