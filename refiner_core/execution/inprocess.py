@@ -7,8 +7,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..blocks import table_to_rows
 from ..row import Row
-from .blocks import table_to_rows
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 

@@ -8,10 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..pipeline.callbacks import CallbackResultError
-from ..row import Row
-from ..sources.base import Block
-from .blocks import (
+from ..blocks import (
     DEFAULT_ARROW_BLOCK_ROWS,
     DEFAULT_ROW_BLOCK_ROWS,
     DEFAULT_VECTORIZED_BLOCK_BYTES,
@@ -19,6 +16,9 @@ from .blocks import (
     split_table,
     table_to_rows,
 )
+from ..pipeline.callbacks import CallbackResultError
+from ..row import Row
+from ..sources.base import Block
 from .worker import WorkerContext
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..blocks import SchemaBuilder
 from .attempts import make_manifest, new_attempt_id, write_manifest
-from .blocks import SchemaBuilder
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..blocks import conform
 from ..execution.attempts import LAYOUT_PATH, attempt_key
-from ..execution.blocks import conform
 from ..io.datafile import DataFolder
 from .assets import make_asset_writer, resolve_assets_argument
 from .template import FilenameTemplate

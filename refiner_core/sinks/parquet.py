@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..execution.blocks import split_table
+from ..blocks import split_table
 from ..validation import check_positive
 from .files import FileSink
 

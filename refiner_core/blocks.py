@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..row import Row
+from .row import Row
 
 DEFAULT_ROW_BLOCK_ROWS = 1024
 DEFAULT_ARROW_BLOCK_ROWS = 65_536
