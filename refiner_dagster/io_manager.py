@@ -33,12 +33,12 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
-from refiner_core.execution.attempts import (
+from refiner_core.manifests import (
     COUNTER_KEYS,
     choose_committed,
     read_manifests,
 )
-from refiner_core.execution.attempts import (
+from refiner_core.manifests import (
     committed_counters as sum_counters,
 )
 

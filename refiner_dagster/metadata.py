@@ -17,8 +17,8 @@ from typing import Any
 
 import dagster as dg
 
-from refiner_core.execution.attempts import COUNTER_KEYS
 from refiner_core.execution.progress import human_bytes
+from refiner_core.manifests import COUNTER_KEYS
 
 _LABELS = {
     "files_written": "Table files",

@@ -23,7 +23,7 @@ import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
-from refiner_core.execution.attempts import committed_counters
+from refiner_core.manifests import committed_counters
 
 from .metadata import counters_metadata, summary_metadata
 from .storage import short_run_id

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import refiner_core as mdr
-from refiner_core.execution.attempts import SUMMARY_PATH
+from refiner_core.manifests import SUMMARY_PATH
 
 CURRENT_POINTER = "_current.json"
 VERSIONS_DIR = "_versions"

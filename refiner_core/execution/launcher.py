@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
+from ..manifests import new_run_id
 from ..validation import check_positive
-from .attempts import new_run_id
 from .progress import StageProgress
 from .worker import WorkerContext
 

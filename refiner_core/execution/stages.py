@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import SchemaBuilder
-from .attempts import make_manifest, new_attempt_id, write_manifest
+from ..manifests import make_manifest, new_attempt_id, write_manifest
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import conform
-from ..execution.attempts import LAYOUT_PATH, attempt_key
 from ..io.datafile import DataFolder
+from ..manifests import LAYOUT_PATH, attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
 from .template import FilenameTemplate
 

@@ -7,7 +7,8 @@ import posixpath
 import time
 from typing import Any
 
-from ..execution.attempts import (
+from ..io.datafile import completed_name
+from ..manifests import (
     SUMMARY_PATH,
     choose_committed,
     committed_counters,
@@ -15,7 +16,6 @@ from ..execution.attempts import (
     parse_attempt_key,
     read_manifests,
 )
-from ..io.datafile import completed_name
 
 
 def _completed_relative(relative: str) -> str | None:

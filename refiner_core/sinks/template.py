@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import string
 
-from ..execution.attempts import ATTEMPT_ID_PATTERN, SHARD_ID_PATTERN
 from ..io.datafile import check_relative
+from ..manifests import ATTEMPT_ID_PATTERN, SHARD_ID_PATTERN
 
 _FIELDS = {"shard", "attempt"}
 

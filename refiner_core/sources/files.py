@@ -6,8 +6,8 @@ import json
 import posixpath
 from typing import Any
 
-from ..execution.attempts import LAYOUT_PATH
 from ..io.datafile import full_url, resolve
+from ..manifests import LAYOUT_PATH
 
 
 def expand_inputs(

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from ...datatype import with_asset_form
-from ...execution.attempts import ASSET_COUNTER_KEYS
 from ...io.datafile import is_local
+from ...manifests import ASSET_COUNTER_KEYS
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
 

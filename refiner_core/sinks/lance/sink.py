@@ -11,7 +11,6 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import RefinerError
-from ...execution.attempts import read_manifests
 from ...io.datafile import is_local
 from ...lance.dataset import (
     commit_fragments,
@@ -23,6 +22,7 @@ from ...lance.dataset import (
     schema_from_text,
 )
 from ...lance.isolation import call_isolated
+from ...manifests import read_manifests
 from ..files import FileSink
 from ..finalize import FinalizeStage, remove_attempt
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path

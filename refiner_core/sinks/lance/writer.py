@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...execution.attempts import attempt_key
 from ...lance.dataset import open_dataset, schema_to_text
 from ...lance.isolation import child_result, isolating, read_table_frames, write_table_frame
+from ...manifests import attempt_key
 from ..files import FileAttemptWriter
 
 STATE_DIR = "_refiner/lance"
