@@ -7,6 +7,10 @@ class RefinerError(Exception):
     """Base class of refiner's own errors."""
 
 
+class CallbackResultError(RefinerError, TypeError):
+    """A callback (or a factory) returned a value of the wrong kind; says what to return."""
+
+
 class StepError(RefinerError):
     """A callback raised: names the step (index and kind) and the shard.
 

@@ -16,7 +16,7 @@ from ..blocks import (
     split_table,
     table_to_rows,
 )
-from ..pipeline.callbacks import CallbackResultError
+from ..errors import CallbackResultError
 from ..row import Row
 from ..sources.base import Block
 from .worker import WorkerContext

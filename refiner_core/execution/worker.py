@@ -8,9 +8,13 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from ..pipeline.callbacks import CallbackResultError, is_plain_function
+from ..errors import CallbackResultError
 
 _UNWIND_TIMEOUT_S = 30.0
+
+
+def _is_plain_function(obj: Any) -> bool:
+    return inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj)
 
 
 class _Tracked:
@@ -85,7 +89,7 @@ class WorkerContext:
             return found
         if step.fn is not None:
             callback = step.fn
-            if not is_plain_function(callback) and hasattr(callback, "aclose"):
+            if not _is_plain_function(callback) and hasattr(callback, "aclose"):
                 self._resources.append(callback)
         else:
             callback = step.factory()

@@ -6,11 +6,8 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import CallbackResultError
 from ..row import Row
-
-
-class CallbackResultError(TypeError):
-    """A callback returned a value of the wrong kind."""
 
 
 def step_label(index: int, kind: str) -> str:
@@ -58,7 +55,3 @@ def rows_from_iterable(result: Any, label: str, shard_id: str | None) -> list[Ro
                 "each item must be a Row or a dict"
             )
     return rows
-
-
-def is_plain_function(obj: Any) -> bool:
-    return inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..datatype import fields_from_dtypes
-from ..errors import StepError
+from ..errors import CallbackResultError, StepError
 from ..row import Row
 from ..validation import check_positive
-from .callbacks import CallbackResultError, merge_map_result, rows_from_iterable, step_label
+from .callbacks import merge_map_result, rows_from_iterable, step_label
 
 Blocks = AsyncIterator[list[Row]]
 
