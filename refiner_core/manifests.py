@@ -1,4 +1,23 @@
-"""Attempt and run ids, and the manifests attempts persist next to the output."""
+"""What runs leave next to their output: attempt manifests and the dataset summary.
+
+Both are typed values with a versioned JSON form (``format_version``), read and
+written only here, so the engine, the sinks and refiner_dagster agree on them::
+
+    <output>/_refiner/attempts/<shard>__<attempt>.json   one AttemptManifest per attempt
+    <output>/_refiner/summary.json                       the DatasetSummary of finalization
+
+Files written before ``format_version`` existed read as version 1; a newer version
+than this release knows fails, naming the file and the version.
+
+Example:
+    >>> m = AttemptManifest(run_id="r1", shard_id="00000", attempt_id="0123456789ab",
+    ...                     started_at=1.0, completed_at=2.0, files=("part.parquet",),
+    ...                     counters={"rows_written": 3})
+    >>> AttemptManifest.from_json(m.to_json(), where="example") == m
+    True
+    >>> committed_counters([m])["rows_written"]
+    3
+"""
 
 from __future__ import annotations
 
@@ -6,7 +25,8 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 MANIFEST_DIR = "_refiner/attempts"
@@ -30,6 +50,28 @@ ASSET_COUNTER_KEYS = (
     "rows_dropped",
 )
 COUNTER_KEYS = ("rows_read", "rows_written", "files_written", "bytes_written", *ASSET_COUNTER_KEYS)
+# Counters that count bytes (shown with human_bytes).
+BYTE_COUNTER_KEYS = (
+    "bytes_written",
+    "asset_bytes",
+    "block_bytes",
+    "bytes_coalesced",
+    "bytes_range_copied",
+)
+# Counters only a finalization records (in its summary, next to the summed COUNTER_KEYS).
+FINALIZE_COUNTER_KEYS = ("rejected_attempts_removed", "files_removed", "shards")
+
+# The JSON layout of manifests and summaries. 1: before the field existed (read as is).
+FORMAT_VERSION = 2
+
+
+def human_bytes(n: float) -> str:
+    """A byte counter for people: ``1536`` -> ``'1.5 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
 
 
 def new_attempt_id() -> str:
@@ -72,6 +114,99 @@ def add_counters(total: dict[str, int], part: dict[str, Any]) -> dict[str, int]:
     return total
 
 
+def _format_version(data: Mapping[str, Any], where: str) -> int:
+    version = data.get("format_version", 1)
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 1 <= version <= FORMAT_VERSION
+    ):
+        raise ValueError(
+            f"{where} has format_version {version!r}, which this refiner_core does not know "
+            f"(it reads versions 1 to {FORMAT_VERSION}); upgrade refiner_core to read it"
+        )
+    return version
+
+
+def _int_counters(values: Mapping[str, Any]) -> dict[str, int]:
+    return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+@dataclass(frozen=True)
+class AttemptManifest:
+    """What one shard attempt wrote: its files, asset folders, sink extras and counters.
+
+    ``files`` and ``asset_dirs`` are relative to the output folder; ``extra`` holds
+    what a sink needs at commit (Lance: fragments and schema). Persisted at
+    ``<output>/_refiner/attempts/<shard>__<attempt>.json``.
+
+    Example:
+        >>> m = AttemptManifest(run_id="r1", shard_id="00002", attempt_id="0123456789ab",
+        ...                     started_at=1.0, completed_at=2.5)
+        >>> m.key, m.path
+        (('00002', '0123456789ab'), '_refiner/attempts/00002__0123456789ab.json')
+    """
+
+    run_id: str
+    shard_id: str
+    attempt_id: str
+    started_at: float
+    completed_at: float
+    files: tuple[str, ...] = ()
+    asset_dirs: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    steps: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(shard_id, attempt_id)``."""
+        return (self.shard_id, self.attempt_id)
+
+    @property
+    def path(self) -> str:
+        """Where the manifest lives, relative to the output folder."""
+        return manifest_path(self.shard_id, self.attempt_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "run_id": self.run_id,
+            "shard_id": self.shard_id,
+            "attempt_id": self.attempt_id,
+            "started_at": self.started_at,
+            "completed_at": self.completed_at,
+            "files": list(self.files),
+            "asset_dirs": list(self.asset_dirs),
+            "extra": self.extra,
+            "counters": self.counters,
+            "steps": list(self.steps),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, where: str) -> AttemptManifest:
+        """Read the JSON form (any known ``format_version``); ``where`` names the file."""
+        _format_version(data, where)
+        try:
+            return cls(
+                run_id=str(data["run_id"]),
+                shard_id=str(data["shard_id"]),
+                attempt_id=str(data["attempt_id"]),
+                started_at=float(data["started_at"]),
+                completed_at=float(data["completed_at"]),
+                files=tuple(data.get("files", ())),
+                asset_dirs=tuple(data.get("asset_dirs", ())),
+                extra=dict(data.get("extra") or {}),
+                counters=_int_counters(data.get("counters") or {}),
+                steps=tuple(data.get("steps", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"attempt manifest {where} is malformed ({type(exc).__name__}: {exc}); "
+                "delete it to treat that attempt as failed"
+            ) from exc
+
+
 def make_manifest(
     *,
     run_id: str,
@@ -81,28 +216,26 @@ def make_manifest(
     written: dict[str, Any],
     counters: dict[str, int],
     steps: list[dict[str, Any]],
-) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "run_id": run_id,
-        "shard_id": shard_id,
-        "attempt_id": attempt_id,
-        "started_at": started_at,
-        "completed_at": time.time(),
-        "files": list(written.get("files", [])),
-        "asset_dirs": list(written.get("asset_dirs", [])),
-        "extra": written.get("extra", {}),
-        "counters": counters,
-        "steps": steps,
-    }
+) -> AttemptManifest:
+    return AttemptManifest(
+        run_id=run_id,
+        shard_id=shard_id,
+        attempt_id=attempt_id,
+        started_at=started_at,
+        completed_at=time.time(),
+        files=tuple(written.get("files", ())),
+        asset_dirs=tuple(written.get("asset_dirs", ())),
+        extra=written.get("extra", {}),
+        counters=counters,
+        steps=tuple(steps),
+    )
 
 
-def write_manifest(folder: Any, manifest: dict[str, Any]) -> None:
-    path = manifest_path(manifest["shard_id"], manifest["attempt_id"])
-    folder.write_bytes(path, json.dumps(manifest, indent=1).encode())
+def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
+    folder.write_bytes(manifest.path, json.dumps(manifest.to_json(), indent=1).encode())
 
 
-def read_manifests(folder: Any) -> list[dict[str, Any]]:
+def read_manifests(folder: Any) -> list[AttemptManifest]:
     """Every attempt manifest persisted under ``folder`` (unreadable ones raise, naming the file)."""
     manifests = []
     for name in folder.listdir(MANIFEST_DIR):
@@ -110,27 +243,155 @@ def read_manifests(folder: Any) -> list[dict[str, Any]]:
             continue
         relative = f"{MANIFEST_DIR}/{name}"
         try:
-            manifests.append(json.loads(folder.read_bytes(relative)))
+            data = json.loads(folder.read_bytes(relative))
         except ValueError as exc:
             raise ValueError(
                 f"attempt manifest {folder.url_of(relative)} is not valid JSON ({exc}); "
                 "delete it to treat that attempt as failed"
             ) from exc
+        manifests.append(AttemptManifest.from_json(data, where=folder.url_of(relative)))
     return manifests
 
 
-def choose_committed(manifests: list[dict[str, Any]], run_id: str) -> dict[str, dict[str, Any]]:
+def choose_committed(
+    manifests: Iterable[AttemptManifest], run_id: str
+) -> dict[str, AttemptManifest]:
     """Per shard of ``run_id``, the attempt that completed first (ties: smallest attempt id)."""
-    committed: dict[str, dict[str, Any]] = {}
-    for m in sorted(manifests, key=lambda m: (m["completed_at"], m["attempt_id"])):
-        if m["run_id"] == run_id and m["shard_id"] not in committed:
-            committed[m["shard_id"]] = m
+    committed: dict[str, AttemptManifest] = {}
+    for m in sorted(manifests, key=lambda m: (m.completed_at, m.attempt_id)):
+        if m.run_id == run_id and m.shard_id not in committed:
+            committed[m.shard_id] = m
     return committed
 
 
-def committed_counters(committed: Iterable[dict[str, Any]]) -> dict[str, int]:
+def committed_counters(committed: Iterable[AttemptManifest]) -> dict[str, int]:
     """Every counter summed over the given (committed) attempt manifests."""
     totals = empty_counters()
     for manifest in committed:
-        add_counters(totals, manifest.get("counters", {}))
+        add_counters(totals, manifest.counters)
     return totals
+
+
+# Summary fields that are not counters, in the order the JSON form lists them.
+_SUMMARY_FIELDS = (
+    "output",
+    "format",
+    "run_id",
+    "shards",
+    "rejected_attempts_removed",
+    "files_removed",
+    "files",
+    "asset_dirs",
+    "asset_subdir",
+    "asset_mode",
+    "missing_policy",
+    "commit",
+    "finalized_at",
+    "elapsed_s",
+)
+
+
+@dataclass(frozen=True)
+class DatasetSummary(Mapping[str, Any]):
+    """What a finalization kept and removed, with every counter summed over the kept attempts.
+
+    Persisted at ``<output>/_refiner/summary.json`` (counters at the top level of the
+    JSON form) and returned as ``launch_local(...).summary``. It also reads like that
+    JSON form: ``summary["rows_written"]`` is ``summary.counters["rows_written"]``.
+
+    Example:
+        >>> s = DatasetSummary(output="/data/out", format="parquet", run_id="r1", shards=2,
+        ...                    counters={"rows_written": 10})
+        >>> s.rows_written, s["rows_written"], s["shards"]
+        (10, 10, 2)
+        >>> DatasetSummary.from_json(s.to_json(), where="example") == s
+        True
+    """
+
+    output: str
+    format: str
+    run_id: str
+    shards: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+    rejected_attempts_removed: int = 0
+    files_removed: int = 0
+    files: tuple[str, ...] = ()
+    asset_dirs: tuple[str, ...] = ()
+    asset_subdir: str | None = None
+    asset_mode: str | None = None
+    missing_policy: str | None = None
+    commit: dict[str, Any] = field(default_factory=dict)
+    finalized_at: float = 0.0
+    elapsed_s: float = 0.0
+
+    @property
+    def rows_written(self) -> int:
+        return self.counters.get("rows_written", 0)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"format_version": FORMAT_VERSION}
+        for name in _SUMMARY_FIELDS[:4]:
+            data[name] = getattr(self, name)
+        data.update(self.counters)
+        for name in _SUMMARY_FIELDS[4:]:
+            value = getattr(self, name)
+            data[name] = list(value) if isinstance(value, tuple) else value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, where: str) -> DatasetSummary:
+        """Read the JSON form (any known ``format_version``); ``where`` names the file."""
+        _format_version(data, where)
+        known = {f.name for f in fields(cls)}
+        counters = _int_counters(
+            {k: v for k, v in data.items() if k not in known and k != "format_version"}
+        )
+        try:
+            return cls(
+                output=str(data["output"]),
+                format=str(data["format"]),
+                run_id=str(data["run_id"]),
+                shards=int(data.get("shards", 0)),
+                counters=counters,
+                rejected_attempts_removed=int(data.get("rejected_attempts_removed", 0)),
+                files_removed=int(data.get("files_removed", 0)),
+                files=tuple(data.get("files", ())),
+                asset_dirs=tuple(data.get("asset_dirs", ())),
+                asset_subdir=data.get("asset_subdir"),
+                asset_mode=data.get("asset_mode"),
+                missing_policy=data.get("missing_policy"),
+                commit=dict(data.get("commit") or {}),
+                finalized_at=float(data.get("finalized_at", 0.0)),
+                elapsed_s=float(data.get("elapsed_s", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"dataset summary {where} is malformed ({type(exc).__name__}: {exc}); "
+                "finalize the output again to rewrite it"
+            ) from exc
+
+    def write(self, folder: Any) -> None:
+        folder.write_bytes(SUMMARY_PATH, json.dumps(self.to_json(), indent=1).encode())
+
+    @classmethod
+    def read(cls, folder: Any) -> DatasetSummary:
+        """The summary persisted under ``folder`` (``FileNotFoundError`` when not finalized)."""
+        where = folder.url_of(SUMMARY_PATH)
+        try:
+            data = json.loads(folder.read_bytes(SUMMARY_PATH))
+        except ValueError as exc:
+            raise ValueError(
+                f"dataset summary {where} is not valid JSON ({exc}); "
+                "finalize the output again to rewrite it"
+            ) from exc
+        return cls.from_json(data, where=where)
+
+    # The JSON form as a read-only mapping, so ``summary["rows_written"]`` keeps working.
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return len(self.to_json())

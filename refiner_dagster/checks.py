@@ -20,8 +20,8 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core.io import resolve
-from refiner_core.io.blob import validate_reference
+from refiner_core.io import resolve, validate_reference
+from refiner_core.manifests import DatasetSummary
 
 from .settings import DATASET_KEY, LOAD_KEY, unwrap_metadata
 from .storage import DatasetVersion, one_version
@@ -34,14 +34,21 @@ DEFAULT_SAMPLE_SIZE = 10_000
 _SHOWN_FAILURES = 5
 
 
-def missing_assets_result(summary: dict[str, Any]) -> dg.AssetCheckResult:
-    """Pass when nothing was missing; otherwise a WARN with what the policy did."""
-    missing = int(summary.get("missing_assets", 0))
+def missing_assets_result(summary: DatasetSummary | None) -> dg.AssetCheckResult:
+    """Pass when nothing was missing; otherwise a WARN with what the policy did.
+
+    ``summary`` is the version's finalization summary (``None``: not finalized, nothing
+    recorded as missing).
+    """
+    counters = summary.counters if summary is not None else {}
+    policy = summary.missing_policy if summary is not None else None
+    missing = counters.get("missing_assets", 0)
+    nulled, dropped = counters.get("cells_nulled", 0), counters.get("rows_dropped", 0)
     metadata = {
         "missing_assets": dg.MetadataValue.int(missing),
-        "cells_nulled": dg.MetadataValue.int(int(summary.get("cells_nulled", 0))),
-        "rows_dropped": dg.MetadataValue.int(int(summary.get("rows_dropped", 0))),
-        "missing_policy": dg.MetadataValue.text(str(summary.get("missing_policy") or "none")),
+        "cells_nulled": dg.MetadataValue.int(nulled),
+        "rows_dropped": dg.MetadataValue.int(dropped),
+        "missing_policy": dg.MetadataValue.text(str(policy or "none")),
     }
     if missing == 0:
         return dg.AssetCheckResult(passed=True, metadata=metadata)
@@ -50,9 +57,8 @@ def missing_assets_result(summary: dict[str, Any]) -> dg.AssetCheckResult:
         severity=dg.AssetCheckSeverity.WARN,
         metadata=metadata,
         description=(
-            f"{missing} source asset(s) were missing: {summary.get('cells_nulled', 0)} cell(s) set "
-            f"to null, {summary.get('rows_dropped', 0)} row(s) dropped "
-            f"(missing_policy={summary.get('missing_policy')!r})"
+            f"{missing} source asset(s) were missing: {nulled} cell(s) set "
+            f"to null, {dropped} row(s) dropped (missing_policy={policy!r})"
         ),
     )
 
@@ -269,7 +275,7 @@ def _define_checks(
     )
     def _missing(dataset: Any) -> dg.AssetCheckResult:
         version = one_version(dataset, "dataset checks")
-        return missing_assets_result(version.summary() or {})
+        return missing_assets_result(version.summary())
 
     @dg.asset_check(
         asset=target,

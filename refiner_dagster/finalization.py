@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
+from refiner_core.manifests import DatasetSummary
 
 from .metadata import summary_metadata
 from .settings import DATASET_KEY, LOAD_KEY
@@ -30,7 +31,7 @@ def asset_config_from_record(record: dict[str, Any]) -> Any:
     return None
 
 
-def finalize_version(version: DatasetVersion) -> dict[str, Any]:
+def finalize_version(version: DatasetVersion) -> DatasetSummary:
     """Run the reducer over ``version``'s persisted manifests and publish it.
 
     Idempotent: finalizing an already published version runs the reducer again
@@ -54,14 +55,14 @@ def finalize_version(version: DatasetVersion) -> dict[str, Any]:
             "published, so this one is not published. Materialize the dataset asset again to "
             "replace it"
         )
+    # Finalization reads only the persisted manifests: the writer's pipeline never runs.
     sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-    (finalize,) = sequence.stages[1:]
-    summary = finalize.run(run_id=run_id)
+    summary = sequence.finalize(run_id)
     version.storage.publish(
         version,
-        rows_written=summary.get("rows_written", 0),
-        files_written=summary.get("files_written", 0),
-        first_file=(summary.get("files") or [None])[0],
+        rows_written=summary.rows_written,
+        files_written=summary.counters.get("files_written", 0),
+        first_file=summary.files[0] if summary.files else None,
     )
     return summary
 

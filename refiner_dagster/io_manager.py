@@ -211,8 +211,8 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         context.log.info(f"writing {version.describe()} with {settings.num_workers} worker(s)")
         started = time.monotonic()
         try:
-            sequence = version.writer(pipeline, assets)
-            write_only = mdr.PipelineSequence([sequence.stages[0]])
+            write_stage = version.writer(pipeline, assets).write_stage
+            write_only = mdr.PipelineSequence([write_stage])
             stats = write_only.launch_local(
                 name=context.asset_key.to_user_string(), num_workers=settings.num_workers
             )
@@ -223,7 +223,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
                 engine_run_id=stats.run_id,
                 written_at=time.time(),
                 write_seconds=round(time.monotonic() - started, 3),
-                asset_columns=written_asset_columns(sequence.stages[0].pipeline, self._asset_mode),
+                asset_columns=written_asset_columns(write_stage.pipeline, self._asset_mode),
                 **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
             )
         except BaseException:

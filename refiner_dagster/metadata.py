@@ -13,12 +13,17 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
-from refiner_core.execution.progress import human_bytes
-from refiner_core.manifests import COUNTER_KEYS
+from refiner_core.manifests import (
+    BYTE_COUNTER_KEYS,
+    COUNTER_KEYS,
+    FINALIZE_COUNTER_KEYS,
+    human_bytes,
+)
 
 _LABELS = {
     "files_written": "Table files",
@@ -32,24 +37,16 @@ _LABELS = {
 # finalization records.
 SUMMARY_COUNTERS: tuple[tuple[str, str], ...] = tuple(
     (key, _LABELS.get(key, key.replace("_", " ").capitalize()))
-    for key in (*COUNTER_KEYS, "rejected_attempts_removed", "files_removed", "shards")
+    for key in (*COUNTER_KEYS, *FINALIZE_COUNTER_KEYS)
 )
 
-_BYTE_KEYS = {
-    "bytes_written",
-    "asset_bytes",
-    "block_bytes",
-    "bytes_coalesced",
-    "bytes_range_copied",
-}
 
-
-def _int(summary: dict[str, Any], key: str) -> int:
+def _int(summary: Mapping[str, Any], key: str) -> int:
     value = summary.get(key, 0)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def summary_markdown(summary: dict[str, Any]) -> str:
+def summary_markdown(summary: Mapping[str, Any]) -> str:
     """A short markdown table of the counters (zero rows of optional counters left out)."""
     always = {"rows_written", "assets_written", "blocks_written", "block_bytes", "missing_assets"}
     lines = ["| Counter | Value |", "| --- | ---: |"]
@@ -57,7 +54,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         value = _int(summary, key)
         if value == 0 and key not in always:
             continue
-        shown = f"{value:,}" + (f" ({human_bytes(value)})" if key in _BYTE_KEYS else "")
+        shown = f"{value:,}" + (f" ({human_bytes(value)})" if key in BYTE_COUNTER_KEYS else "")
         lines.append(f"| {label} | {shown} |")
     policy = summary.get("missing_policy")
     if policy:
@@ -66,7 +63,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def counters_metadata(
-    counters: dict[str, Any], *, keys: tuple[str, ...] | None = None
+    counters: Mapping[str, Any], *, keys: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
     """Integer metadata for ``keys`` (default: every summary counter), plus ``dagster/row_count``."""
     metadata: dict[str, Any] = {
@@ -77,8 +74,11 @@ def counters_metadata(
     return metadata
 
 
-def summary_metadata(summary: dict[str, Any], *, uri: str | None = None) -> dict[str, Any]:
-    """Materialization metadata of a finalization: every counter, the policy, a table."""
+def summary_metadata(summary: Mapping[str, Any], *, uri: str | None = None) -> dict[str, Any]:
+    """Materialization metadata of a finalization: every counter, the policy, a table.
+
+    ``summary`` is a :class:`refiner_core.manifests.DatasetSummary` (or its JSON form).
+    """
     metadata = counters_metadata(summary)
     if uri or summary.get("output"):
         metadata["dagster/uri"] = dg.MetadataValue.path(uri or summary["output"])

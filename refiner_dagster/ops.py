@@ -23,7 +23,7 @@ import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
-from refiner_core.manifests import committed_counters
+from refiner_core.manifests import AttemptManifest, DatasetSummary, committed_counters
 
 from .metadata import counters_metadata, summary_metadata
 from .storage import short_run_id
@@ -75,11 +75,12 @@ def _build(build_sequence: SequenceBuilder | str) -> mdr.PipelineSequence:
             "build_sequence must return a PipelineSequence from pipeline.write_parquet/"
             f"write_jsonl/write_lance, got {type(sequence).__name__}"
         )
-    if sequence.stages[0].kind != "write":
+    try:
+        sequence.write_stage  # noqa: B018  (raises when the sequence does not start with a write)
+    except ValueError as exc:
         raise TypeError(
-            f"the first stage of the built sequence is {sequence.stages[0].kind!r}, not a write; "
-            "build it with pipeline.write_parquet(...) (or write_jsonl / write_lance)"
-        )
+            f"build_sequence returned a sequence that is not a writer's: {exc}"
+        ) from exc
     return sequence
 
 
@@ -117,7 +118,7 @@ def build_plan_op(build_sequence: SequenceBuilder | str, *, name: str = "refiner
     )
     def _plan(context: dg.OpExecutionContext, config: PlanConfig):
         run_id = short_run_id(context.run_id)
-        stage = _build(build_sequence).stages[0]
+        stage = _build(build_sequence).write_stage
         shards = stage.plan(run_id=run_id)
         groups = group_shards(
             shards, max_tasks=config.max_tasks, shards_per_task=config.shards_per_task
@@ -150,7 +151,7 @@ def build_write_op(
 
     @dg.op(name=name, out=dg.Out(list), retry_policy=retry_policy, tags={"kind": "refiner"})
     def _write(context: dg.OpExecutionContext, task: WriteTask) -> dg.Output:
-        stage = _build(build_sequence).stages[0]
+        stage = _build(build_sequence).write_stage
         manifests = stage.run_task(list(task.shards), run_id=task.run_id)
         totals = committed_counters(manifests)
         context.log.info(
@@ -169,18 +170,14 @@ def build_write_op(
 def build_finalize_op(build_sequence: SequenceBuilder | str, *, name: str = "refiner_finalize"):
     """The finalize op: the sequence's finalization stages over the persisted manifests."""
 
-    @dg.op(name=name, out=dg.Out(dict), tags={"kind": "refiner"})
+    @dg.op(name=name, out=dg.Out(DatasetSummary), tags={"kind": "refiner"})
     def _finalize(
-        context: dg.OpExecutionContext, run_id: str, manifests: list[list[dict]]
+        context: dg.OpExecutionContext, run_id: str, manifests: list[list[AttemptManifest]]
     ) -> dg.Output:
-        sequence = _build(build_sequence)
         reported = sum(len(group) for group in manifests)
-        summary: dict[str, Any] = {}
-        for stage in sequence.stages[1:]:
-            if stage.kind == "finalize":
-                summary = stage.run(run_id=run_id)
+        summary = _build(build_sequence).finalize(run_id)
         context.log.info(
-            f"finalized run {run_id}: {summary.get('shards', 0)} shard(s) committed, "
+            f"finalized run {run_id}: {summary.shards} shard(s) committed, "
             f"{reported} manifest(s) reported by write steps"
         )
         return dg.Output(summary, metadata=summary_metadata(summary))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import refiner_core as mdr
-from refiner_core.manifests import SUMMARY_PATH
+from refiner_core.manifests import DatasetSummary
 
 CURRENT_POINTER = "_current.json"
 VERSIONS_DIR = "_versions"
@@ -132,11 +132,10 @@ class DatasetVersion:
     def output_folder(self) -> mdr.DataFolder:
         return mdr.DataFolder(self.url, self.storage.storage_options or None)
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> DatasetSummary | None:
         """The engine's finalization summary of this version, read from storage."""
-        folder = self.output_folder()
         try:
-            return json.loads(folder.read_bytes(SUMMARY_PATH))
+            return DatasetSummary.read(self.output_folder())
         except FileNotFoundError:
             return None
 

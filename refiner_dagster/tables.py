@@ -68,8 +68,8 @@ def written_asset_columns(pipeline: mdr.Pipeline, mode: str) -> dict[str, dict[s
 def _first_data_file(version: DatasetVersion) -> str | None:
     if "first_file" in version.record:
         return version.record["first_file"]
-    files = (version.summary() or {}).get("files", [])
-    return files[0] if files else None
+    summary = version.summary()
+    return summary.files[0] if summary is not None and summary.files else None
 
 
 def version_schema(version: DatasetVersion) -> pa.Schema | None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
-from ..manifests import new_run_id
+from ..manifests import AttemptManifest, DatasetSummary, new_run_id
 from ..validation import check_positive
 from .progress import StageProgress
 from .worker import WorkerContext
@@ -53,7 +53,7 @@ class StageStats:
     rows: int = 0
     bytes: int = 0
     elapsed_s: float = 0.0
-    summary: dict[str, Any] | None = None
+    summary: DatasetSummary | None = None
 
 
 @dataclass
@@ -64,11 +64,15 @@ class LaunchStats:
     run_id: str
     rundir: str | None
     stages: list[StageStats] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
+    summary: DatasetSummary | None = None
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON-ready values; summaries in their persisted JSON form."""
+        data = asdict(self)
+        for entry, stats in zip([data, *data["stages"]], [self, *self.stages], strict=True):
+            entry["summary"] = stats.summary.to_json() if stats.summary is not None else None
+        return data
 
 
 def _describe(exc: BaseException) -> str:
@@ -149,7 +153,7 @@ class _RunDir:
 
     def __init__(self, path: str | None, name: str) -> None:
         self.temporary = path is None
-        self._completed: dict[int, dict[str, dict[str, Any]]] = {}
+        self._completed: dict[int, dict[str, AttemptManifest]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
         os.makedirs(self.path, exist_ok=True)
         state_file = os.path.join(self.path, "run.json")
@@ -164,7 +168,7 @@ class _RunDir:
     def _stage_dir(self, index: int) -> str:
         return os.path.join(self.path, f"stage-{index:03d}")
 
-    def completed(self, index: int) -> dict[str, dict[str, Any]]:
+    def completed(self, index: int) -> dict[str, AttemptManifest]:
         """Manifests of the stage's completed shards: read from disk once (earlier runs
         of this rundir), then kept up to date by :meth:`mark`."""
         done = self._completed.get(index)
@@ -174,19 +178,20 @@ class _RunDir:
             os.makedirs(directory, exist_ok=True)
             for name in os.listdir(directory):
                 if name.endswith(".json"):
-                    with open(os.path.join(directory, name)) as f:
-                        manifest = json.load(f)
-                    done[manifest["shard_id"]] = manifest
+                    path = os.path.join(directory, name)
+                    with open(path) as f:
+                        manifest = AttemptManifest.from_json(json.load(f), where=path)
+                    done[manifest.shard_id] = manifest
         return done
 
-    def mark(self, index: int, manifest: dict[str, Any]) -> None:
+    def mark(self, index: int, manifest: AttemptManifest) -> None:
         done = self.completed(index)
         directory = self._stage_dir(index)
-        tmp = os.path.join(directory, f".{manifest['shard_id']}.tmp")
+        tmp = os.path.join(directory, f".{manifest.shard_id}.tmp")
         with open(tmp, "w") as f:
-            json.dump(manifest, f)
-        os.replace(tmp, os.path.join(directory, f"{manifest['shard_id']}.json"))
-        done[manifest["shard_id"]] = manifest
+            json.dump(manifest.to_json(), f)
+        os.replace(tmp, os.path.join(directory, f"{manifest.shard_id}.json"))
+        done[manifest.shard_id] = manifest
 
     def cleanup(self) -> None:
         if self.temporary:
@@ -389,7 +394,7 @@ def _run_stages(
             finally:
                 progress.close()
             for manifest in state.completed(index).values():
-                counters = manifest.get("counters", {})
+                counters = manifest.counters
                 st.rows += counters.get("rows_written", 0)
                 st.bytes += counters.get("bytes_written", 0)
         st.elapsed_s = round(time.monotonic() - stage_started, 3)

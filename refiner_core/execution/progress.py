@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from ..manifests import human_bytes
+
 
 def _human(n: float) -> str:
     for unit in ("", "k", "M", "G", "T"):
@@ -12,15 +14,6 @@ def _human(n: float) -> str:
             return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
         n /= 1000
     return f"{n:.1f}P"
-
-
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
 
 
 class StageProgress:

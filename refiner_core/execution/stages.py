@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import SchemaBuilder
-from ..manifests import make_manifest, new_attempt_id, write_manifest
+from ..manifests import AttemptManifest, make_manifest, new_attempt_id, write_manifest
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 
@@ -31,7 +31,7 @@ class ShardedStage:
     def plan(self, run_id: str) -> list[Any]:
         return self.pipeline.plan()
 
-    def run_task(self, shards: list[Any], *, run_id: str) -> list[dict[str, Any]]:
+    def run_task(self, shards: list[Any], *, run_id: str) -> list[AttemptManifest]:
         """Run ``shards`` one after another in this process on one worker context."""
         worker = WorkerContext()
         try:
@@ -47,7 +47,7 @@ class ShardedStage:
         worker: WorkerContext,
         progress: Progress | None = None,
         attempt_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> AttemptManifest:
         attempt_id = attempt_id or new_attempt_id()
         started = time.time()
         counters = ShardCounters()
@@ -65,7 +65,7 @@ class ShardedStage:
         self.persist(manifest)
         return manifest
 
-    def persist(self, manifest: dict[str, Any]) -> None:
+    def persist(self, manifest: AttemptManifest) -> None:
         """Plain runs keep manifests in memory only."""
 
     async def _execute(
@@ -100,7 +100,7 @@ class WriteStage(ShardedStage):
         self.sink.prepare(run_id)
         return shards
 
-    def persist(self, manifest: dict[str, Any]) -> None:
+    def persist(self, manifest: AttemptManifest) -> None:
         write_manifest(self.sink.folder, manifest)
 
     async def _execute(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..execution.stages import ShardedStage, WriteStage
+from ..manifests import DatasetSummary
 
 
 class PipelineSequence:
@@ -20,6 +21,13 @@ class PipelineSequence:
         >>> [stage.kind for stage in seq.stages]
         ['write', 'finalize']
         >>> seq.launch_local(num_workers=1).summary["rows_written"]
+        2
+
+    Running the stages one by one (what a scheduler such as Dagster does)::
+
+        >>> stage = seq.write_stage
+        >>> manifests = stage.run_task(stage.plan("0123456789ab"), run_id="0123456789ab")
+        >>> seq.finalize("0123456789ab").rows_written
         2
     """
 
@@ -46,6 +54,42 @@ class PipelineSequence:
         if isinstance(other, Pipeline):
             return PipelineSequence([*self.stages, ShardedStage(other)])
         raise TypeError(f"then() takes a Pipeline or PipelineSequence, got {type(other).__name__}")
+
+    @property
+    def write_stage(self) -> WriteStage:
+        """The write stage a writer's sequence starts with (its shards write the output)."""
+        first = self.stages[0] if self.stages else None
+        if not isinstance(first, WriteStage):
+            kind = f"a {first.kind!r} stage" if first is not None else "no stage"
+            raise ValueError(
+                f"{self!r} starts with {kind}, not a write; build it with "
+                "pipeline.write_parquet(...) (or write_jsonl / write_lance)"
+            )
+        return first
+
+    @property
+    def finalize_stages(self) -> list[Any]:
+        """The finalization stages that follow the write stage (the writer appended them)."""
+        self.write_stage  # noqa: B018  (raises when the sequence is not a writer's)
+        stages = []
+        for stage in self.stages[1:]:
+            if stage.kind != "finalize":
+                break
+            stages.append(stage)
+        return stages
+
+    def finalize(self, run_id: str) -> DatasetSummary:
+        """Run the write stage's finalization for engine run ``run_id``, once its shards ran.
+
+        Reads only the manifests the attempts persisted, so any process may call it;
+        returns the summary it also wrote to ``<output>/_refiner/summary.json``.
+        """
+        summary = None
+        for stage in self.finalize_stages:
+            summary = stage.run(run_id=run_id)
+        if summary is None:
+            raise ValueError(f"{self!r} has no finalization stage after its write stage")
+        return summary
 
     @property
     def output(self) -> str | None:

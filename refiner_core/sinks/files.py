@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..blocks import conform
 from ..io.datafile import DataFolder
-from ..manifests import LAYOUT_PATH, attempt_key
+from ..manifests import LAYOUT_PATH, AttemptManifest, attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
 from .template import FilenameTemplate
 
@@ -68,7 +68,7 @@ class FileSink:
 
         return [FinalizeStage(self)]
 
-    def commit(self, committed: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         """Hook for sinks that need a commit (Lance); plain files are visible already."""
         return {}
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import posixpath
 import time
 from typing import Any
 
 from ..io.datafile import completed_name
 from ..manifests import (
-    SUMMARY_PATH,
+    AttemptManifest,
+    DatasetSummary,
     choose_committed,
     committed_counters,
-    manifest_path,
     parse_attempt_key,
     read_manifests,
 )
@@ -27,13 +26,13 @@ def _completed_relative(relative: str) -> str | None:
     return posixpath.join(directory, name) if directory else name
 
 
-def remove_attempt(folder: Any, manifest: dict[str, Any]) -> int:
+def remove_attempt(folder: Any, manifest: AttemptManifest) -> int:
     """Delete an attempt's files, asset folders and manifest; returns how many files
     and folders it named."""
-    named = [*manifest.get("files", []), *manifest.get("asset_dirs", [])]
+    named = [*manifest.files, *manifest.asset_dirs]
     for relative in named:
         folder.rm(relative, recursive=True)
-    folder.rm(manifest_path(manifest["shard_id"], manifest["attempt_id"]))
+    folder.rm(manifest.path)
     return len(named)
 
 
@@ -55,47 +54,47 @@ class FinalizeStage:
     def name(self) -> str:
         return f"finalize {self.sink.describe()}"
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> DatasetSummary:
         started = time.time()
         folder = self.sink.folder
         manifests = self.select_manifests(read_manifests(folder), run_id)
         committed = choose_committed(manifests, run_id)
-        keep = {(m["shard_id"], m["attempt_id"]) for m in committed.values()}
-        commit_info = self.sink.commit(
-            sorted(committed.values(), key=lambda m: m["shard_id"]), run_id
-        )
+        keep = {m.key for m in committed.values()}
+        commit_info = self.sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
 
         rejected: set[tuple[str, str]] = set()
         files_removed = 0
         for m in manifests:
-            key = (m["shard_id"], m["attempt_id"])
+            key = m.key
             if key not in keep:
                 rejected.add(key)
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
 
         totals = committed_counters(committed.values())
-        summary: dict[str, Any] = {
-            "output": folder.url,
-            "format": self.sink.format,
-            "run_id": run_id,
-            "shards": len(committed),
-            **totals,
-            "rejected_attempts_removed": len(rejected),
-            "files_removed": files_removed,
-            "files": sorted(f for m in committed.values() for f in m.get("files", [])),
-            "asset_dirs": sorted(d for m in committed.values() for d in m.get("asset_dirs", [])),
-            "asset_subdir": self.sink.assets.subdir if self.sink.assets else None,
-            "asset_mode": type(self.sink.assets).__name__ if self.sink.assets else None,
-            "missing_policy": self.sink.assets.missing_policy if self.sink.assets else None,
-            "commit": commit_info,
-            "finalized_at": time.time(),
-            "elapsed_s": round(time.time() - started, 3),
-        }
-        folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
+        summary = DatasetSummary(
+            output=folder.url,
+            format=self.sink.format,
+            run_id=run_id,
+            shards=len(committed),
+            counters=totals,
+            rejected_attempts_removed=len(rejected),
+            files_removed=files_removed,
+            files=tuple(sorted(f for m in committed.values() for f in m.files)),
+            asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
+            asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
+            asset_mode=type(self.sink.assets).__name__ if self.sink.assets else None,
+            missing_policy=self.sink.assets.missing_policy if self.sink.assets else None,
+            commit=commit_info,
+            finalized_at=time.time(),
+            elapsed_s=round(time.time() - started, 3),
+        )
+        summary.write(folder)
         return summary
 
-    def select_manifests(self, manifests: list[dict[str, Any]], run_id: str) -> list:
+    def select_manifests(
+        self, manifests: list[AttemptManifest], run_id: str
+    ) -> list[AttemptManifest]:
         """The manifests this finalization may keep or delete (all of them for plain files)."""
         return manifests
 

@@ -22,7 +22,7 @@ from ...lance.dataset import (
     schema_from_text,
 )
 from ...lance.isolation import call_isolated
-from ...manifests import read_manifests
+from ...manifests import AttemptManifest, read_manifests
 from ..files import FileSink
 from ..finalize import FinalizeStage, remove_attempt
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
@@ -202,7 +202,7 @@ class LanceSink(FileSink):
         """Delete everything ``run_id`` wrote and record why; the dataset stays as it was."""
         folder = self.folder
         for m in read_manifests(folder):
-            if m["run_id"] == run_id:
+            if m.run_id == run_id:
                 remove_attempt(folder, m)
         for relative, entry in self.journals(run_id):
             for path in journal_paths(entry):
@@ -261,12 +261,12 @@ class LanceSink(FileSink):
             self.folder.rm(claim)
         return None, f" (run {owner.get('run_id')} is committing version {target})"
 
-    def _kept(self, committed: list[dict[str, Any]], state: dict[str, Any]):
+    def _kept(self, committed: list[AttemptManifest], state: dict[str, Any]):
         """The kept fragments and their one schema (shards must agree on it)."""
         fragments: list[dict] = []
         schema = None
         for m in committed:
-            info = m.get("extra", {}).get("lance", {})
+            info = m.extra.get("lance", {})
             fragments += info.get("fragments", [])
             if not info.get("schema"):
                 continue
@@ -274,7 +274,7 @@ class LanceSink(FileSink):
             difference = schema_difference(schema, this) if schema is not None else None
             if difference:
                 message = (
-                    f"write_lance {self.url}: shard {m['shard_id']} wrote another schema than "
+                    f"write_lance {self.url}: shard {m.shard_id} wrote another schema than "
                     f"the shards before it: {difference}. Declare the column types with dtypes= "
                     "so every shard writes the same schema"
                 )
@@ -283,7 +283,7 @@ class LanceSink(FileSink):
             schema = schema or this
         return fragments, schema
 
-    def commit(self, committed: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         """Commit every kept fragment in one Lance transaction, exactly once per run."""
         state = self.run_state(run_id)
         try:
@@ -338,8 +338,10 @@ class LanceFinalizeStage(FinalizeStage):
     through their journals.
     """
 
-    def select_manifests(self, manifests: list[dict[str, Any]], run_id: str) -> list:
-        return [m for m in manifests if m["run_id"] == run_id]
+    def select_manifests(
+        self, manifests: list[AttemptManifest], run_id: str
+    ) -> list[AttemptManifest]:
+        return [m for m in manifests if m.run_id == run_id]
 
     def _remove_orphans(
         self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]], run_id: str

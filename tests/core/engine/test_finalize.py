@@ -58,7 +58,7 @@ def test_rejected_attempts_are_deleted_and_user_files_kept(tmp_path):
     # committed files stay, rejected ones are gone
     assert committed <= names
     for manifest in (duplicate, other_run):
-        assert not set(manifest["files"]) & names
+        assert not set(manifest.files) & names
     assert crashed.name not in names
     assert leftover.name not in names
     # the user's files are untouched

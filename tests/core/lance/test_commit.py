@@ -66,12 +66,12 @@ def test_rejected_attempts_are_removed(tmp_path: Path) -> None:
     time.sleep(0.01)
     second = stage.run_task(shards[:1], run_id="run000000001")  # a duplicate attempt of shard 0
     loser = second[0]
-    assert all((Path(out) / f).exists() for f in loser["files"] + loser["asset_dirs"])
+    assert all((Path(out) / f).exists() for f in (*loser.files, *loser.asset_dirs))
 
     summary = seq.stages[-1].run(run_id="run000000001")
     assert summary["rejected_attempts_removed"] == 1 and summary["rows_written"] == 4
-    assert not any((Path(out) / f).exists() for f in loser["files"] + loser["asset_dirs"])
-    kept = {m["attempt_id"] for m in first}
+    assert not any((Path(out) / f).exists() for f in (*loser.files, *loser.asset_dirs))
+    kept = {m.attempt_id for m in first}
     assert {m["attempt_id"] for m in manifests(out)} == kept
     assert data_files(out) == facts(out)["data_files"]
     for row in mdr.read_lance(out).materialize():
@@ -182,7 +182,7 @@ def test_concurrent_commit_one_wins(tmp_path: Path) -> None:
     assert out in message and "Launch the pipeline again" in message
     assert sorted(table(out).column("id").to_pylist()) == [0, 1, 2, 3, 4, 100, 101, 102, 103]
     assert facts(out)["versions"] == [1, 2]
-    assert not any((Path(out) / f).exists() for m in losing for f in m["files"])
+    assert not any((Path(out) / f).exists() for m in losing for f in m.files)
     assert data_files(out) == facts(out)["data_files"]
     with pytest.raises(LanceCommitConflict, match="found version 2"):  # rerun: same answer
         second.stages[-1].run(run_id="runbbbbbbbbb")
