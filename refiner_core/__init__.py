@@ -25,6 +25,10 @@ from .sinks.assets import BlobAssetConfig, FileAssetConfig
 from .sources import MAX_SHARDS, ItemsSource, JsonlSource, ParquetSource, Shard
 from .sources.base import DEFAULT_TARGET_SHARD_BYTES
 
+# Submodules that are public as a whole, besides the names in ``__all__``: integrations
+# such as refiner_dagster import only these and ``__all__``.
+PUBLIC_MODULES = ("datatype", "errors", "inference", "io", "manifests")
+
 
 def read_parquet(
     inputs: Any,
