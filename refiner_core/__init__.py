@@ -27,7 +27,7 @@ from .sources.base import DEFAULT_TARGET_SHARD_BYTES
 
 # Submodules that are public as a whole, besides the names in ``__all__``: integrations
 # such as refiner_dagster import only these and ``__all__``.
-PUBLIC_MODULES = ("datatype", "errors", "inference", "io", "manifests")
+PUBLIC_MODULES = ("datatype", "errors", "inference", "io", "manifests", "vocabulary")
 
 
 def read_parquet(

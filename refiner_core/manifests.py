@@ -29,6 +29,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .vocabulary import AssetForm, Format, MissingPolicy
+
 MANIFEST_DIR = "_refiner/attempts"
 SUMMARY_PATH = "_refiner/summary.json"
 LAYOUT_PATH = "_refiner/layout.json"
@@ -309,7 +311,7 @@ class DatasetSummary(Mapping[str, Any]):
     """
 
     output: str
-    format: str
+    format: Format
     run_id: str
     shards: int = 0
     counters: dict[str, int] = field(default_factory=dict)
@@ -318,8 +320,8 @@ class DatasetSummary(Mapping[str, Any]):
     files: tuple[str, ...] = ()
     asset_dirs: tuple[str, ...] = ()
     asset_subdir: str | None = None
-    asset_mode: str | None = None
-    missing_policy: str | None = None
+    asset_mode: AssetForm | None = None
+    missing_policy: MissingPolicy | None = None
     commit: dict[str, Any] = field(default_factory=dict)
     finalized_at: float = 0.0
     elapsed_s: float = 0.0

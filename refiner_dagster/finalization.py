@@ -24,10 +24,9 @@ def asset_config_from_record(record: dict[str, Any]) -> Any:
     """Rebuild the ``assets=`` config a version was written with from its record."""
     assets = dict(record.get("assets") or {})
     mode = assets.pop("mode", None)
-    if mode == "blobs":
-        return mdr.BlobAssetConfig(**assets)
-    if mode == "files":
-        return mdr.FileAssetConfig(**assets)
+    for config in (mdr.BlobAssetConfig, mdr.FileAssetConfig):
+        if mode == config.form:
+            return config(**assets)
     return None
 
 

@@ -41,6 +41,7 @@ from refiner_core.manifests import (
 from refiner_core.manifests import (
     committed_counters as sum_counters,
 )
+from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import finalize_version
 from .metadata import counters_metadata, summary_metadata
@@ -89,7 +90,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "else the output's options for media on the output's kind of store."
         ),
     )
-    format: str = Field(
+    format: Format = Field(
         default="parquet",
         description="Table format: 'parquet', 'jsonl' or 'lance' (per asset: refiner/format).",
     )
@@ -97,7 +98,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         default="assets",
         description="Folder for media inside each version folder (per asset: refiner/subdir).",
     )
-    missing_policy: str = Field(
+    missing_policy: MissingPolicy = Field(
         default="error",
         description=(
             "What a missing source asset does: 'error' fails the shard, 'set_null' nulls the "
@@ -127,7 +128,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
     _run_id: str | None = PrivateAttr(default=None)
 
     # configuration ---------------------------------------------------------------
-    _asset_mode: ClassVar[str]  # "blobs" or "files", set by each IO manager
+    _asset_mode: ClassVar[AssetForm]  # the form of the asset config each IO manager builds
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Remember the instance (default storage) and the run (its own pending version)."""
@@ -292,7 +293,7 @@ class RefinerBlobIOManager(_RefinerIOManager):
         description="Block size target in bytes (per asset: refiner/target_bytes).",
     )
 
-    _asset_mode: ClassVar[str] = "blobs"
+    _asset_mode: ClassVar[AssetForm] = mdr.BlobAssetConfig.form
 
     def _asset_config(self, settings: AssetSettings) -> mdr.BlobAssetConfig:
         return mdr.BlobAssetConfig(
@@ -320,7 +321,7 @@ class RefinerFileIOManager(_RefinerIOManager):
         ...                       resources={"refiner": RefinerFileIOManager(base_url="s3://b/p")})
     """
 
-    _asset_mode: ClassVar[str] = "files"
+    _asset_mode: ClassVar[AssetForm] = mdr.FileAssetConfig.form
 
     def _asset_config(self, settings: AssetSettings) -> mdr.FileAssetConfig:
         return mdr.FileAssetConfig(

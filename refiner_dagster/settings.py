@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .tables import FORMATS
+from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
 
 METADATA_PREFIX = "refiner/"
 SETTING_KEYS = (
@@ -50,9 +50,9 @@ DATASET_KEY = "refiner/dataset"
 class AssetSettings:
     """The writer settings of one asset materialization."""
 
-    format: str
+    format: Format
     subdir: str
-    missing_policy: str
+    missing_policy: MissingPolicy
     target_bytes: int
     num_workers: int
     max_in_flight: int
@@ -100,11 +100,17 @@ def resolve_settings(
             f"{where}: format {fmt!r} is not one of {', '.join(FORMATS)} "
             f"(set {METADATA_PREFIX}format or the IO manager's format)"
         )
+    policy = values["missing_policy"]
+    if policy not in MISSING_POLICIES:
+        raise ValueError(
+            f"{where}: missing_policy {policy!r} is not one of {', '.join(MISSING_POLICIES)} "
+            f"(set {METADATA_PREFIX}missing_policy or the IO manager's missing_policy)"
+        )
     num_workers = values.get("num_workers") or os.cpu_count() or 1
     return AssetSettings(
         format=fmt,
         subdir=str(values["subdir"]),
-        missing_policy=str(values["missing_policy"]),
+        missing_policy=policy,
         target_bytes=_positive_int(values["target_bytes"], "target_bytes", where),
         num_workers=_positive_int(num_workers, "num_workers", where),
         max_in_flight=_positive_int(values["max_in_flight"], "max_in_flight", where),

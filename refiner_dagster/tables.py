@@ -19,10 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import refiner_core as mdr
+from refiner_core.vocabulary import FORMATS, AssetForm
 
 from .storage import DatasetVersion
-
-FORMATS = ("parquet", "jsonl", "lance")
 
 _PATH_DTYPES = {
     "file": mdr.datatype.file_path,
@@ -42,7 +41,7 @@ def asset_dtype(info: dict[str, Any]) -> Any:
     return mdr.datatype.list_(dtype) if info.get("list") else dtype
 
 
-def written_asset_columns(pipeline: mdr.Pipeline, mode: str) -> dict[str, dict[str, Any]]:
+def written_asset_columns(pipeline: mdr.Pipeline, mode: AssetForm) -> dict[str, dict[str, Any]]:
     """Asset columns the writer will emit, as ``{name: {kind, form, list}}``.
 
     ``mode`` is ``"blobs"`` (cells become blob references) or ``"files"`` (paths).

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from ..validation import check_positive
+from ..vocabulary import Format, LanceMode
 from .steps import Step, make_step
 
 
@@ -132,7 +133,7 @@ class Pipeline:
         return self.source.plan()
 
     # writers ----------------------------------------------------------------
-    def write(self, format: str, output: str, **options: Any):
+    def write(self, format: Format, output: str, **options: Any):
         """Write with the sink registered for ``format`` (parquet, jsonl, lance)."""
         from ..sinks import make_sink
         from .sequence import PipelineSequence
@@ -193,7 +194,7 @@ class Pipeline:
         output: str,
         *,
         assets: Any = None,
-        mode: str = "create",
+        mode: LanceMode = "create",
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
     ):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..vocabulary import Format
 from .assets import BlobAssetConfig, FileAssetConfig
 from .finalize import FinalizeStage
 
@@ -29,7 +30,7 @@ def _lance():
 SINKS = {"parquet": _parquet, "jsonl": _jsonl, "lance": _lance}
 
 
-def make_sink(format: str, output: str, **options: Any) -> Any:
+def make_sink(format: Format, output: str, **options: Any) -> Any:
     """Build the sink registered for ``format``."""
     if format not in SINKS:
         raise ValueError(f"unknown output format {format!r}; use one of {sorted(SINKS)}")

@@ -83,7 +83,7 @@ class FinalizeStage:
             files=tuple(sorted(f for m in committed.values() for f in m.files)),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
-            asset_mode=type(self.sink.assets).__name__ if self.sink.assets else None,
+            asset_mode=self.sink.assets.form if self.sink.assets else None,
             missing_policy=self.sink.assets.missing_policy if self.sink.assets else None,
             commit=commit_info,
             finalized_at=time.time(),

@@ -60,7 +60,7 @@ def test_metadata_for_missing_file_under_set_null(dagster_instance, tmp_path):
         "shards": 2,
         "refiner/missing_policy": "set_null",
         "refiner/format": "parquet",
-        "refiner/asset_mode": "BlobAssetConfig",
+        "refiner/asset_mode": "blobs",
     }
     assert {k: meta[k] for k in expected} == expected
     pointer = current_pointer(partition_root(dagster_instance, "episodes"))

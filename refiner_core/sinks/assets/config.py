@@ -7,12 +7,12 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ...io.datafile import check_relative
 from ...validation import check_positive
+from ...vocabulary import MISSING_POLICIES, AssetForm, MissingPolicy, check_choice
 
-MISSING_POLICIES = ("error", "set_null", "drop_row")
 LEGACY_KEYWORDS = (
     "upload_assets",
     "assets_subdir",
@@ -47,10 +47,7 @@ def _validate_common(config: Any) -> None:
             f"subdir {config.subdir!r} must not start with '_' or '.': those names are reserved "
             "for refiner's own files and skipped by readers"
         )
-    if config.missing_policy not in MISSING_POLICIES:
-        raise ValueError(
-            f"missing_policy {config.missing_policy!r} is not one of {', '.join(map(repr, MISSING_POLICIES))}"
-        )
+    check_choice("missing_policy", config.missing_policy, MISSING_POLICIES)
     options = config.source_storage_options
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(
@@ -70,15 +67,21 @@ class FileAssetConfig:
     output's filesystem type is read with the output's ``storage_options`` and any
     other with none.
 
+    ``form`` is ``"files"``, the word summaries and records use for this config.
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.FileAssetConfig(subdir="media", max_in_flight=32, missing_policy="error").subdir
         'media'
+        >>> mdr.FileAssetConfig.form
+        'files'
     """
+
+    form: ClassVar[AssetForm] = "files"
 
     subdir: str = "assets"
     max_in_flight: int = 16
-    missing_policy: str = "error"
+    missing_policy: MissingPolicy = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
@@ -95,15 +98,21 @@ class BlobAssetConfig:
     than the target gets a block of its own. ``source_storage_options`` as for
     :class:`FileAssetConfig`.
 
+    ``form`` is ``"blobs"``.
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.BlobAssetConfig(target_bytes=1 << 30).target_bytes
         1073741824
+        >>> mdr.BlobAssetConfig.form
+        'blobs'
     """
+
+    form: ClassVar[AssetForm] = "blobs"
 
     subdir: str = "assets"
     target_bytes: int = 1 << 30
-    missing_policy: str = "error"
+    missing_policy: MissingPolicy = "error"
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
 

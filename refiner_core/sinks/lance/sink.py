@@ -23,11 +23,11 @@ from ...lance.dataset import (
 )
 from ...lance.isolation import call_isolated
 from ...manifests import AttemptManifest, read_manifests
+from ...vocabulary import LANCE_MODES, LanceMode
 from ..files import FileSink
 from ..finalize import FinalizeStage, remove_attempt
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
-MODES = ("create", "append", "overwrite")
 # A version claim older than this belongs to a finalization that died; it is taken over.
 CLAIM_LEASE_S = 600
 # Names Lance uses at the top of a dataset; an asset subdir must not take them.
@@ -82,12 +82,12 @@ class LanceSink(FileSink):
         self,
         output: str,
         *,
-        mode: str = "create",
+        mode: LanceMode = "create",
         storage_options: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"write_lance mode must be one of {MODES}, got {mode!r}")
+        if mode not in LANCE_MODES:
+            raise ValueError(f"write_lance mode must be one of {LANCE_MODES}, got {mode!r}")
         if options.get("filename_template") is not None:
             raise ValueError(
                 "write_lance: Lance names its own data files; drop filename_template "
