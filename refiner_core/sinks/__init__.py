@@ -1,4 +1,8 @@
-"""Sinks: each format is one module implementing the sink protocol; register it here."""
+"""Sinks: each format is one module implementing :class:`Sink`; register it in ``SINKS``.
+
+``SINKS`` maps the name ``pipeline.write(format, ...)`` takes to a function returning
+the sink class (imported lazily, so Lance loads only when used).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 from ..vocabulary import Format
 from .assets import BlobAssetConfig, FileAssetConfig
 from .finalize import FinalizeStage
+from .protocol import AttemptWriter, Sink
 
 
 def _parquet():
@@ -37,4 +42,12 @@ def make_sink(format: Format, output: str, **options: Any) -> Any:
     return SINKS[format]()(output, **options)
 
 
-__all__ = ["SINKS", "BlobAssetConfig", "FileAssetConfig", "FinalizeStage", "make_sink"]
+__all__ = [
+    "SINKS",
+    "AttemptWriter",
+    "BlobAssetConfig",
+    "FileAssetConfig",
+    "FinalizeStage",
+    "Sink",
+    "make_sink",
+]

@@ -1,4 +1,5 @@
-"""What Parquet and JSONL sinks share: one data file per shard attempt, created lazily."""
+"""What sinks share: ``FolderSink`` (an output folder, its assets, finalization) and, for
+Parquet and JSONL, ``FileSink`` (one data file per shard attempt, created lazily)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ from .template import FilenameTemplate
 MAX_PENDING_BLOCKS = 4
 
 
-class FileSink:
-    """Base of table-file sinks; subclasses give ``extension`` and ``open_table_writer``."""
+class FolderSink:
+    """Base of sinks that write into one output folder (a :class:`~refiner_core.sinks.Sink`).
+
+    It holds the output folder and the ``assets=`` config, records the layout readers
+    rely on, and appends the finalization stage; subclasses give ``format`` and
+    ``open_attempt``.
+    """
 
     format = "files"
-    extension = ""
     # Rows per Arrow block this sink prefers from a pipeline without row steps; None
     # takes the engine's default.
     arrow_block_rows: int | None = None
@@ -33,16 +38,10 @@ class FileSink:
         output: str,
         *,
         assets: Any = None,
-        filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
     ) -> None:
         self.assets = resolve_assets_argument(assets, legacy, writer=f"write_{self.format}")
-        self.template = FilenameTemplate(
-            f"{{shard}}__{{attempt}}.{self.extension}"
-            if filename_template is None
-            else filename_template
-        )
         self.folder = DataFolder(output, storage_options)
 
     @property
@@ -60,8 +59,8 @@ class FileSink:
         }
         self.folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
 
-    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
-        return FileAttemptWriter(self, shard_id, attempt_id)
+    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
 
     def finalize_stages(self) -> list[Any]:
         from .finalize import FinalizeStage
@@ -72,21 +71,44 @@ class FileSink:
         """Hook for sinks that need a commit (Lance); plain files are visible already."""
         return {}
 
-    def open_table_writer(self, file: Any, schema: pa.Schema) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise when this format cannot store ``schema``."""
+
+
+class FileSink(FolderSink):
+    """Base of table-file sinks; subclasses give ``extension`` and ``open_table_writer``.
+
+    Each shard attempt writes one file named by ``filename_template`` (default
+    ``{shard}__{attempt}.<extension>``).
+    """
+
+    extension = ""
+
+    def __init__(
+        self, output: str, *, filename_template: str | None = None, **options: Any
+    ) -> None:
+        super().__init__(output, **options)
+        self.template = FilenameTemplate(
+            f"{{shard}}__{{attempt}}.{self.extension}"
+            if filename_template is None
+            else filename_template
+        )
+
+    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
+        return FileAttemptWriter(self, shard_id, attempt_id)
+
+    def open_table_writer(self, file: Any, schema: pa.Schema) -> Any:  # pragma: no cover
+        raise NotImplementedError
 
 
 class FileAttemptWriter:
     """Writes one shard attempt: assets first, then the data file that points at them."""
 
-    def __init__(self, sink: FileSink, shard_id: str, attempt_id: str) -> None:
+    def __init__(self, sink: FolderSink, shard_id: str, attempt_id: str) -> None:
         self.sink = sink
         self.shard_id = shard_id
         self.attempt_id = attempt_id
-        self.relative = sink.template.format(shard_id, attempt_id)
+        self.relative = self.data_file()
         self.assets = make_asset_writer(sink.assets, sink.folder, attempt_key(shard_id, attempt_id))
         self._stack = contextlib.ExitStack()
         self._file: Any = None
@@ -95,6 +117,10 @@ class FileAttemptWriter:
         self.rows_written = 0
         self.rows_seen = 0
         self._pending: collections.deque[asyncio.Future] = collections.deque()
+
+    def data_file(self) -> str:
+        """The attempt's data file, relative to the output folder."""
+        return self.sink.template.format(self.shard_id, self.attempt_id)
 
     @property
     def where(self) -> str:

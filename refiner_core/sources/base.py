@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -95,6 +95,7 @@ def check_columns(columns: Any) -> None:
         raise TypeError(f"columns must be a list of column names, got {columns!r}")
 
 
+@runtime_checkable
 class Source(Protocol):
     """What a source implements. Register new ones in ``refiner_core.sources``."""
 

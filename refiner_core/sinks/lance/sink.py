@@ -24,7 +24,7 @@ from ...lance.dataset import (
 from ...lance.isolation import call_isolated
 from ...manifests import AttemptManifest, read_manifests
 from ...vocabulary import LANCE_MODES, LanceMode
-from ..files import FileSink
+from ..files import FolderSink
 from ..finalize import FinalizeStage, remove_attempt
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
@@ -53,7 +53,7 @@ def _create_exclusive(folder: Any, relative: str, data: bytes) -> bool:
     return True
 
 
-class LanceSink(FileSink):
+class LanceSink(FolderSink):
     """Writes a Lance dataset at ``output``; committed once, by the finalization stage.
 
     ``mode="create"`` refuses an existing dataset, ``"append"`` adds fragments to the
@@ -70,7 +70,6 @@ class LanceSink(FileSink):
     """
 
     format = "lance"
-    extension = "lance"
     max_rows_per_file = 1024 * 1024
     max_rows_per_group = 1024
     # Lance spends about a millisecond on every batch it is handed, so a pipeline
@@ -88,11 +87,6 @@ class LanceSink(FileSink):
     ) -> None:
         if mode not in LANCE_MODES:
             raise ValueError(f"write_lance mode must be one of {LANCE_MODES}, got {mode!r}")
-        if options.get("filename_template") is not None:
-            raise ValueError(
-                "write_lance: Lance names its own data files; drop filename_template "
-                "(it applies to write_parquet and write_jsonl)"
-            )
         super().__init__(output, storage_options=storage_options, **options)
         if self.assets is not None and self.assets.subdir.split("/")[0] in LANCE_RESERVED:
             raise ValueError(

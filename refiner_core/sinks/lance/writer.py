@@ -196,6 +196,10 @@ class LanceAttemptWriter(FileAttemptWriter):
         self._journaled = False
         self._lock = threading.Lock()
 
+    def data_file(self) -> str:
+        """Lance names its data files itself; they are listed in ``data_files``."""
+        return ""
+
     def _journal(self) -> None:
         entry = {
             "run_id": self.state.get("run_id"),
