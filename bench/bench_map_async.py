@@ -93,8 +93,8 @@ def in_worker(pipeline: mdr.Pipeline, rows: int) -> None:
     """Run the shard the way a ``launch_local`` worker does: on its worker loop, rows
     discarded at the end of the stream (no process start, no sink)."""
     stage = ShardedStage(pipeline)
-    manifests = stage.run_task(stage.plan(), run_id="bench")
-    assert sum(m["counters"]["rows_written"] for m in manifests) == rows
+    manifests = stage.run_task(stage.plan("bench"), run_id="bench")
+    assert sum(m.counters["rows_written"] for m in manifests) == rows
 
 
 def worker_noop(rows: int) -> None:
