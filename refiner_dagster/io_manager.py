@@ -33,14 +33,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
-from refiner_core.manifests import (
-    COUNTER_KEYS,
-    choose_committed,
-    read_manifests,
-)
-from refiner_core.manifests import (
-    committed_counters as sum_counters,
-)
+from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import finalize_version
@@ -54,9 +47,9 @@ LOAD_MODES = ("table", "version", "pending")
 
 def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str, int]:
     """Counters summed over the committed attempt of each shard, from persisted manifests."""
-    manifests = read_manifests(version.output_folder())
-    committed = choose_committed(manifests, engine_run_id)
-    totals = sum_counters(committed.values())
+    persisted = manifests.read_manifests(version.output_folder())
+    committed = manifests.choose_committed(persisted, engine_run_id)
+    totals = manifests.committed_counters(committed.values())
     totals["shards"] = len(committed)
     return totals
 
@@ -231,7 +224,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             storage.discard(version)
             raise
         metadata: dict[str, Any] = {
-            **counters_metadata(counters, keys=(*COUNTER_KEYS, "shards")),
+            **counters_metadata(counters, keys=(*manifests.COUNTER_KEYS, "shards")),
             "dagster/uri": dg.MetadataValue.path(version.url),
             "refiner/version": dg.MetadataValue.text(version.name),
             "refiner/format": dg.MetadataValue.text(settings.format),
