@@ -1,67 +1,19 @@
-"""What runs leave next to their output: attempt manifests and the dataset summary.
+"""The typed values runs persist: AttemptManifest and DatasetSummary, and their versioned JSON.
 
-Both are typed values with a versioned JSON form (``format_version``), read and
-written only here, so the engine, the sinks and refiner_dagster agree on them::
-
-    <output>/_refiner/attempts/<shard>__<attempt>.json   one AttemptManifest per attempt
-    <output>/_refiner/summary.json                       the DatasetSummary of finalization
-
-Files written before ``format_version`` existed read as version 1; a newer version
-than this release knows fails, naming the file and the version.
-
-Example:
-    >>> m = AttemptManifest(run_id="r1", shard_id="00000", attempt_id="0123456789ab",
-    ...                     started_at=1.0, completed_at=2.0, files=("part.parquet",),
-    ...                     counters={"rows_written": 3})
-    >>> AttemptManifest.from_json(m.to_json(), where="example") == m
-    True
-    >>> committed_counters([m])["rows_written"]
-    3
+``format_version`` is written into every file; files written before it existed read
+as version 1, and a version newer than this release knows fails naming the file.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
-import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .vocabulary import AssetForm, Format, MissingPolicy
-
-MANIFEST_DIR = "_refiner/attempts"
-SUMMARY_PATH = "_refiner/summary.json"
-LAYOUT_PATH = "_refiner/layout.json"
-ATTEMPT_ID_PATTERN = r"[0-9a-f]{12}"
-SHARD_ID_PATTERN = r"\d{5}"
-
-ASSET_COUNTER_KEYS = (
-    "assets_written",
-    "asset_bytes",
-    "blocks_written",
-    "block_bytes",
-    "blobs_coalesced",
-    "references_coalesced",
-    "bytes_coalesced",
-    "ranges_copied",
-    "bytes_range_copied",
-    "missing_assets",
-    "cells_nulled",
-    "rows_dropped",
-)
-COUNTER_KEYS = ("rows_read", "rows_written", "files_written", "bytes_written", *ASSET_COUNTER_KEYS)
-# Counters that count bytes (shown with human_bytes).
-BYTE_COUNTER_KEYS = (
-    "bytes_written",
-    "asset_bytes",
-    "block_bytes",
-    "bytes_coalesced",
-    "bytes_range_copied",
-)
-# Counters only a finalization records (in its summary, next to the summed COUNTER_KEYS).
-FINALIZE_COUNTER_KEYS = ("rejected_attempts_removed", "files_removed", "shards")
+from ..vocabulary import AssetForm, Format, MissingPolicy
+from .attempts import MANIFEST_DIR, SUMMARY_PATH, manifest_path
 
 # The JSON layout of manifests and summaries. 1: before the field existed (read as is).
 FORMAT_VERSION = 2
@@ -74,46 +26,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} PiB"
-
-
-def new_attempt_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def attempt_key(shard_id: str, attempt_id: str) -> str:
-    return f"{shard_id}__{attempt_id}"
-
-
-_ATTEMPT_KEY = re.compile(rf"(?P<shard>{SHARD_ID_PATTERN})__(?P<attempt>{ATTEMPT_ID_PATTERN})\Z")
-
-
-def parse_attempt_key(name: str) -> tuple[str, str] | None:
-    """``(shard_id, attempt_id)`` of a name made by :func:`attempt_key`, else ``None``.
-
-    >>> parse_attempt_key(attempt_key("00003", "0123456789ab"))
-    ('00003', '0123456789ab')
-    """
-    match = _ATTEMPT_KEY.match(name)
-    return (match["shard"], match["attempt"]) if match else None
-
-
-def manifest_path(shard_id: str, attempt_id: str) -> str:
-    return f"{MANIFEST_DIR}/{attempt_key(shard_id, attempt_id)}.json"
-
-
-def empty_counters() -> dict[str, int]:
-    return dict.fromkeys(COUNTER_KEYS, 0)
-
-
-def add_counters(total: dict[str, int], part: dict[str, Any]) -> dict[str, int]:
-    for key, value in part.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            total[key] = total.get(key, 0) + value
-    return total
 
 
 def _format_version(data: Mapping[str, Any], where: str) -> int:
@@ -253,25 +165,6 @@ def read_manifests(folder: Any) -> list[AttemptManifest]:
             ) from exc
         manifests.append(AttemptManifest.from_json(data, where=folder.url_of(relative)))
     return manifests
-
-
-def choose_committed(
-    manifests: Iterable[AttemptManifest], run_id: str
-) -> dict[str, AttemptManifest]:
-    """Per shard of ``run_id``, the attempt that completed first (ties: smallest attempt id)."""
-    committed: dict[str, AttemptManifest] = {}
-    for m in sorted(manifests, key=lambda m: (m.completed_at, m.attempt_id)):
-        if m.run_id == run_id and m.shard_id not in committed:
-            committed[m.shard_id] = m
-    return committed
-
-
-def committed_counters(committed: Iterable[AttemptManifest]) -> dict[str, int]:
-    """Every counter summed over the given (committed) attempt manifests."""
-    totals = empty_counters()
-    for manifest in committed:
-        add_counters(totals, manifest.counters)
-    return totals
 
 
 # Summary fields that are not counters, in the order the JSON form lists them.
