@@ -21,6 +21,7 @@ import os
 import posixpath
 import re
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import IO, Any
@@ -225,9 +226,18 @@ class DataFolder:
     def open_atomic(self, relative: str, *, size_hint: int | None = None) -> Iterator[IO[bytes]]:
         """Open ``relative`` for writing so that it only appears once fully written.
 
-        Local files are written under a hidden temporary name and renamed on success;
-        object stores publish an object only when its upload completes, and a failed
-        or interrupted write aborts the upload.
+        What "only once fully written" rests on, per store:
+
+        - local disk: the file is written under a hidden temporary name and renamed on
+          success;
+        - S3 (s3fs): the object is published when its multipart upload completes; a
+          failed or interrupted write aborts the upload;
+        - any other fsspec store (``memory://``, GCS, Azure, ...): the bytes go to a local
+          temporary file first and are handed to the store's ``put_file`` only after the
+          write succeeded, so a failed write leaves nothing. Object stores publish the
+          upload whole; a filesystem-like store that ``put_file`` writes in place (SFTP,
+          HDFS, SMB) can still show a partial file if the process dies during that
+          upload.
         """
         target = self.join(relative)
         if is_local(self.fs):
@@ -243,10 +253,17 @@ class DataFolder:
                     os.remove(tmp)
                 raise
             return
-        from .s3_multipart import open_output
+        from .s3_multipart import is_s3_backed, open_output
 
-        with open_output(self.fs, target, size_hint=size_hint) as f:
-            yield f
+        if is_s3_backed(self.fs):
+            with open_output(self.fs, target, size_hint=size_hint) as f:
+                yield f
+            return
+        with tempfile.TemporaryDirectory(prefix="refiner-upload-") as spool:
+            staged = os.path.join(spool, "staged")
+            with open(staged, "wb") as f:
+                yield f
+            self.fs.put_file(staged, target)
 
 
 _TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{8}\.tmp\Z")

@@ -18,6 +18,7 @@ import asyncio
 import io
 import logging
 import math
+import os
 import posixpath
 import threading
 from typing import IO, Any
@@ -30,7 +31,9 @@ from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["install", "install_if_s3", "open_output", "part_size_for"]
+from .upstream import check_hooks
+
+__all__ = ["install", "install_if_s3", "is_s3_backed", "open_output", "part_size_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +245,7 @@ def install() -> None:
     with _install_lock:
         if s3fs.core.S3File is BatchedS3File:
             return
+        check_hooks()
         # S3FileSystem._open looks the class up in s3fs.core at call time.
         s3fs.core.S3File = BatchedS3File
         s3fs.S3File = BatchedS3File
@@ -257,6 +261,16 @@ def _s3_of(fs: AbstractFileSystem) -> s3fs.S3FileSystem | None:
             return None
         fs = getattr(fs, "fs", None)
     return None
+
+
+def is_s3_backed(fs: AbstractFileSystem) -> bool:
+    """Whether ``fs`` is s3fs, or a dir/caching wrapper around it.
+
+    >>> from fsspec.implementations.local import LocalFileSystem
+    >>> is_s3_backed(LocalFileSystem())
+    False
+    """
+    return _s3_of(fs) is not None
 
 
 def install_if_s3(fs: AbstractFileSystem) -> bool:
@@ -314,7 +328,7 @@ def open_output(fs: AbstractFileSystem, path: str, *, size_hint: int | None = No
         install()
         return fs.open(path, "wb", block_size=part_size_for(size_hint, s3.default_block_size))
     if isinstance(fs, LocalFileSystem):
-        fs.makedirs(fs._parent(path), exist_ok=True)
+        fs.makedirs(os.path.dirname(path), exist_ok=True)
     elif isinstance(fs, DirFileSystem) and isinstance(fs.fs, LocalFileSystem):
         fs.makedirs(posixpath.dirname(path) or "", exist_ok=True)
     return fs.open(path, "wb")

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from fsspec.core import strip_protocol
+
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
@@ -76,7 +78,7 @@ class Filesystems:
             return fs, path
         if is_local(fs):
             return fs, os.path.abspath(url[7:] if url.startswith("file://") else url)
-        return fs, fs._strip_protocol(url)
+        return fs, strip_protocol(url)
 
 
 def describe(value: Any) -> str:
