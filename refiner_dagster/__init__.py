@@ -6,6 +6,8 @@
 - :func:`build_finalization_asset`: the downstream asset that runs the reducer,
   publishes the version and records the counters as materialization metadata.
 - :func:`build_dataset_checks`: missing-asset and reference-integrity asset checks.
+- :func:`build_dataset_asset`: one dataset asset written by ``plan -> write x N ->
+  finalize`` steps, so any Dagster executor spreads the write over processes or machines.
 - :func:`refiner_write_graph` / :func:`build_write_job`: plan -> write (fanned out
   with dynamic outputs) -> finalize, for any executor.
 - :func:`build_source_sensor` / :func:`build_refresh_schedule`: reprocessing runs for new
@@ -35,6 +37,7 @@ from .checks import (
     missing_assets_result,
     scan_references,
 )
+from .fanout import FanoutConfig, FanoutPlan, FanoutTask, build_dataset_asset
 from .finalization import build_finalization_asset, finalize_version
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .metadata import summary_markdown, summary_metadata
@@ -62,6 +65,11 @@ __all__ = [
     "LOAD_KEY",
     "partition_dirname",
     "short_run_id",
+    # fan-out dataset assets
+    "build_dataset_asset",
+    "FanoutConfig",
+    "FanoutPlan",
+    "FanoutTask",
     # finalization and checks
     "build_finalization_asset",
     "finalize_version",

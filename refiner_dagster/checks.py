@@ -248,9 +248,13 @@ def build_dataset_checks(
         )
     target = finalization_asset.key
     dataset_key = dg.AssetKey.from_user_string(str(dataset))
+    options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
+    if dataset_key == target:  # a fan-out dataset asset (build_dataset_asset) finalizes itself
+        from .fanout_checks import fanout_dataset_checks
+
+        return fanout_dataset_checks(finalization_asset, blocking=blocking, options=options)
     ins = {"dataset": dg.AssetIn(key=dataset_key, metadata={LOAD_KEY: "version"})}
     partitions_def = finalization_asset.partitions_def
-    options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
 
     with warnings.catch_warnings():
         # partitioned asset checks are a preview feature of Dagster; ours follow the asset's

@@ -25,6 +25,7 @@ by partition key.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from typing import Any, ClassVar
 
@@ -52,6 +53,20 @@ def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str,
     totals = manifests.committed_counters(committed.values())
     totals["shards"] = len(committed)
     return totals
+
+
+def written_metadata(
+    version: DatasetVersion, counters: dict[str, int], engine_run_id: str
+) -> dict[str, Any]:
+    """Output metadata of a written (not yet finalized) version."""
+    return {
+        **counters_metadata(counters, keys=(*manifests.COUNTER_KEYS, "shards")),
+        "dagster/uri": dg.MetadataValue.path(version.url),
+        "refiner/version": dg.MetadataValue.text(version.name),
+        "refiner/format": dg.MetadataValue.text(version.format),
+        "refiner/run_id": dg.MetadataValue.text(engine_run_id),
+        "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
+    }
 
 
 class _RefinerIOManager(dg.ConfigurableIOManager):
@@ -182,60 +197,114 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         return DatasetStorage(base, self.resolved_storage_options())
 
     # output ----------------------------------------------------------------------
-    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        where = f"asset {context.asset_key.to_user_string()}"
-        pipeline = _as_pipeline(obj, where)
-        partition = _single_partition(context, where)
-        settings = resolve_settings(self._defaults(), context.definition_metadata, where=where)
-        assets = self._asset_config(settings)
-        storage = self.storage(self._instance)
-        name = f"v-{short_run_id(context.run_id)}"
+    def writer_config(
+        self, asset_key: dg.AssetKey, definition_metadata: Any
+    ) -> tuple[AssetSettings, Any]:
+        """The asset's settings (IO manager config under its metadata) and asset config."""
+        where = f"asset {asset_key.to_user_string()}"
+        settings = resolve_settings(self._defaults(), definition_metadata or {}, where=where)
+        return settings, self._asset_config(settings)
+
+    def begin_version(
+        self,
+        *,
+        asset_key: dg.AssetKey,
+        partition: str | None,
+        dagster_run_id: str,
+        definition_metadata: Any,
+        instance: dg.DagsterInstance | None = None,
+    ) -> tuple[DatasetVersion, AssetSettings, Any]:
+        """Open the run's version folder (kept when the same run writes it again), with the
+        asset's resolved settings and asset config. Fan-out dataset steps call it too."""
+        settings, assets = self.writer_config(asset_key, definition_metadata)
+        storage = self.storage(instance or self._instance)
         version = storage.begin(
-            context.asset_key.path,
+            asset_key.path,
             partition,
-            name,
+            f"v-{short_run_id(dagster_run_id)}",
             {
                 "format": settings.format,
                 "assets": self._asset_record(assets),
-                "dagster_run_id": context.run_id,
-                "asset_key": context.asset_key.to_user_string(),
+                "dagster_run_id": dagster_run_id,
+                "asset_key": asset_key.to_user_string(),
                 "partition_key": partition,
             },
+            resume=True,
+        )
+        return version, settings, assets
+
+    def record_written(
+        self, version: DatasetVersion, *, engine_run_id: str, pipeline: mdr.Pipeline, started: float
+    ) -> dict[str, int]:
+        """Mark ``version`` written by ``engine_run_id``; returns its committed counters."""
+        counters = committed_counters(version, engine_run_id)
+        version.storage.record(
+            version,
+            state=WRITTEN,
+            engine_run_id=engine_run_id,
+            written_at=time.time(),
+            write_seconds=round(time.monotonic() - started, 3),
+            asset_columns=written_asset_columns(pipeline, self._asset_mode),
+            **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
+        )
+        return counters
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        where = f"asset {context.asset_key.to_user_string()}"
+        if isinstance(obj, DatasetVersion):
+            # Written and finalized by a fan-out dataset asset's own steps.
+            context.add_output_metadata({"dagster/uri": dg.MetadataValue.path(obj.url)})
+            return
+        pipeline = _as_pipeline(obj, where)
+        partition = _single_partition(context, where)
+        version, settings, assets = self.begin_version(
+            asset_key=context.asset_key,
+            partition=partition,
+            dagster_run_id=context.run_id,
+            definition_metadata=context.definition_metadata,
         )
         context.log.info(f"writing {version.describe()} with {settings.num_workers} worker(s)")
         started = time.monotonic()
+        rundir = self._rundir(context.run_id, version)
         try:
             write_stage = version.writer(pipeline, assets).write_stage
             write_only = mdr.PipelineSequence([write_stage])
             stats = write_only.launch_local(
-                name=context.asset_key.to_user_string(), num_workers=settings.num_workers
+                name=context.asset_key.to_user_string(),
+                num_workers=settings.num_workers,
+                rundir=rundir,
             )
-            counters = committed_counters(version, stats.run_id)
-            storage.record(
-                version,
-                state=WRITTEN,
-                engine_run_id=stats.run_id,
-                written_at=time.time(),
-                write_seconds=round(time.monotonic() - started, 3),
-                asset_columns=written_asset_columns(write_stage.pipeline, self._asset_mode),
-                **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
+            counters = self.record_written(
+                version, engine_run_id=stats.run_id, pipeline=write_stage.pipeline, started=started
             )
         except BaseException:
-            storage.discard(version)
+            # With a retry policy the unpublished version stays for the retry to resume
+            # (readers never see it; publishing a later version deletes it).
+            if context.op_def.retry_policy is None:
+                version.storage.discard(version)
+                if rundir is not None:
+                    shutil.rmtree(rundir, ignore_errors=True)
             raise
-        metadata: dict[str, Any] = {
-            **counters_metadata(counters, keys=(*manifests.COUNTER_KEYS, "shards")),
-            "dagster/uri": dg.MetadataValue.path(version.url),
-            "refiner/version": dg.MetadataValue.text(version.name),
-            "refiner/format": dg.MetadataValue.text(settings.format),
-            "refiner/run_id": dg.MetadataValue.text(stats.run_id),
-            "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
-        }
+        if rundir is not None:
+            shutil.rmtree(rundir, ignore_errors=True)
+        metadata = written_metadata(version, counters, stats.run_id)
         if settings.finalize_inline:
             summary = finalize_version(version)
             metadata.update(summary_metadata(summary, uri=version.url))
             metadata["refiner/state"] = dg.MetadataValue.text("published")
         context.add_output_metadata(metadata)
+
+    def _rundir(self, dagster_run_id: str, version: DatasetVersion) -> str | None:
+        """A local folder that lets a retry of the step skip the shards already written."""
+        if self._instance is None:
+            return None
+        relative = version.storage.relative_folder(version.asset_path, version.partition_key)
+        return os.path.join(
+            self._instance.storage_directory(),
+            "refiner_runs",
+            short_run_id(dagster_run_id),
+            relative,
+        )
 
     # input -----------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
@@ -394,4 +463,5 @@ __all__ = [
     "RefinerBlobIOManager",
     "RefinerFileIOManager",
     "committed_counters",
+    "written_metadata",
 ]

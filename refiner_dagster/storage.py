@@ -212,18 +212,50 @@ class DatasetStorage:
         partition_key: str | None,
         name: str,
         record: dict[str, Any],
+        *,
+        resume: bool = False,
     ) -> DatasetVersion:
-        """Start writing version ``name``: clear what an earlier try left, record it."""
+        """Start writing version ``name``: clear what an earlier try left, record it.
+
+        With ``resume``, a version still being written by the same Dagster run (a retried
+        or re-executed step) keeps its files, so committed shards are not written again.
+        """
         current = self.current(asset_path, partition_key)
         if current is not None and current.name == name:
             raise RuntimeError(
                 f"{current.describe()} is already published; a run writes a version only once. "
                 "Launch a new run to materialize the asset again"
             )
+        earlier = self._record_of(asset_path, partition_key, name) if resume else None
+        if earlier is not None and earlier.get("dagster_run_id") == record.get("dagster_run_id"):
+            version = DatasetVersion(self, list(asset_path), partition_key, name, earlier)
+            self.record(version, **record, state=WRITING)
+            return version
         version = DatasetVersion(self, list(asset_path), partition_key, name, {})
         version.folder.rm(name, recursive=True)
         self.record(version, **record, state=WRITING, created_at=time.time())
         return version
+
+    def _record_of(
+        self, asset_path: Sequence[str], partition_key: str | None, name: str
+    ) -> dict[str, Any] | None:
+        folder = self.partition_folder(asset_path, partition_key)
+        try:
+            return json.loads(folder.read_bytes(f"{VERSIONS_DIR}/{name}.json"))
+        except FileNotFoundError:
+            return None
+
+    def version(
+        self, asset_path: Sequence[str], partition_key: str | None, name: str
+    ) -> DatasetVersion:
+        """Version ``name`` with its persisted record (a step handed its name re-opens it)."""
+        record = self._record_of(asset_path, partition_key, name)
+        if record is None:
+            raise FileNotFoundError(
+                f"asset {'/'.join(asset_path)} has no version {name} under {self.url}; "
+                "its plan step must run first (re-execute the run from its first step)"
+            )
+        return DatasetVersion(self, list(asset_path), partition_key, name, record)
 
     def discard(self, version: DatasetVersion) -> None:
         """Delete a version folder and its record (never the published one)."""

@@ -31,11 +31,19 @@ class ShardedStage:
     def plan(self, run_id: str) -> list[Any]:
         return self.pipeline.plan()
 
-    def run_task(self, shards: list[Any], *, run_id: str) -> list[AttemptManifest]:
-        """Run ``shards`` one after another in this process on one worker context."""
+    def run_task(
+        self, shards: list[Any], *, run_id: str, attempt_id: str | None = None
+    ) -> list[AttemptManifest]:
+        """Run ``shards`` one after another in this process on one worker context.
+
+        ``attempt_id`` (12 hex digits) names every shard's attempt, for callers whose
+        attempt is a retry they can number; default: a new id per shard."""
         worker = WorkerContext()
         try:
-            return [self.run_shard(shard, run_id=run_id, worker=worker) for shard in shards]
+            return [
+                self.run_shard(shard, run_id=run_id, worker=worker, attempt_id=attempt_id)
+                for shard in shards
+            ]
         finally:
             worker.close()
 

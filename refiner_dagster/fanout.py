@@ -1,0 +1,168 @@
+"""A dataset asset whose write fans out over Dagster steps: plan -> write x N -> finalize.
+
+:func:`build_dataset_asset` turns ``fn(context) -> mdr.Pipeline`` into one
+graph-backed asset. Its write steps are mapped over dynamic outputs, so whatever
+executor the job runs on (in-process, multiprocess, dask, celery, Kubernetes)
+spreads them over processes or machines; each shows in the run timeline.
+
+The dataset lands exactly where, and as, the asset's refiner IO manager would
+write it (:class:`~refiner_dagster.RefinerBlobIOManager` /
+:class:`~refiner_dagster.RefinerFileIOManager`)::
+
+    <base_url>/<asset/key>/[<partition>/]v-<run id>/   table files, assets/, _refiner/
+    <base_url>/<asset/key>/[<partition>/]_current.json published pointer
+
+so downstream assets load it through that IO manager like any other dataset
+asset. The finalize step publishes the version (no finalization asset needed);
+:func:`~refiner_dagster.build_dataset_checks` takes the fan-out asset itself.
+
+Retries and resume: each write step's attempt id derives from the Dagster run id,
+the step key and the retry number; a retried step writes a new attempt and the
+finalize step removes the dead one's files. Re-executing a failed run from failure
+keeps the shards already committed and finishes the same version.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from .fanout_steps import (
+    DEFAULT_MAX_TASKS,
+    FanoutConfig,
+    FanoutPlan,
+    FanoutSpec,
+    FanoutTask,
+    PipelineFn,
+    attempt_id_for,
+    finalize_step,
+    plan_step,
+    write_step,
+)
+from .settings import DATASET_KEY
+from .storage import DatasetVersion
+
+_KIND_TAGS = {"kind": "refiner"}
+
+
+def build_dataset_asset(
+    fn: PipelineFn,
+    *,
+    name: str | None = None,
+    key_prefix: str | list[str] | None = None,
+    io_manager_key: str = "refiner",
+    step_io_manager_key: str = "io_manager",
+    partitions_def: dg.PartitionsDefinition | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    max_tasks: int | None = None,
+    pool: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    retry_policy: dg.RetryPolicy | None = None,
+) -> dg.AssetsDefinition:
+    """One dataset asset written by ``plan -> write x N -> finalize`` steps.
+
+    ``fn(context)`` returns the lazy ``mdr.Pipeline`` to write; it is called again in
+    every step (with that step's ``OpExecutionContext``: ``partition_key``,
+    ``resources``, ``log``), so the pipeline is rebuilt where the step runs and may
+    hold lambdas, closures and local functions. It must give the same shards each time.
+
+    - ``io_manager_key``: the refiner IO manager whose settings, storage and
+      ``definition_metadata`` keys (``refiner/format``, ``refiner/target_bytes`` ...)
+      the steps write with; it also loads the asset downstream.
+    - ``step_io_manager_key``: the persistent IO manager carrying the plan, the shard
+      lists and the manifests between steps (``fs_io_manager`` by default; bind it to
+      ``dagster_aws.s3.S3PickleIOManager`` when steps run on other machines).
+    - ``max_tasks``: at most this many write steps (default ``min(shards, 64)``); run
+      config ``ops: {<name>: {ops: {<name>_plan: {config: {max_tasks: N}}}}}`` overrides.
+    - ``pool`` / ``op_tags`` / ``retry_policy``: set on the write steps only, so a
+      deployment can throttle them (Dagster pools), size them (``dagster-k8s/config``)
+      and retry them.
+
+    Example:
+        >>> import dagster as dg, refiner_core as mdr
+        >>> from refiner_dagster import RefinerBlobIOManager, build_dataset_asset
+        >>> def frames(context) -> mdr.Pipeline:
+        ...     return mdr.from_items([{"i": i} for i in range(8)], items_per_shard=2)
+        >>> asset = build_dataset_asset(frames, max_tasks=4, retry_policy=dg.RetryPolicy(max_retries=2))
+        >>> asset.key.to_user_string(), sorted(asset.node_def.node_dict)
+        ('frames', ['frames_finalize', 'frames_plan', 'frames_write'])
+        >>> defs = dg.Definitions(assets=[asset], resources={"refiner": RefinerBlobIOManager()})
+    """
+    if not callable(fn):
+        raise TypeError(f"build_dataset_asset takes a function context -> mdr.Pipeline, got {fn!r}")
+    if max_tasks is not None and (not isinstance(max_tasks, int) or max_tasks <= 0):
+        raise ValueError(f"max_tasks must be a positive integer, got {max_tasks!r}")
+    asset_name = name or getattr(fn, "__name__", None)
+    if not asset_name or not asset_name.isidentifier():
+        raise ValueError(
+            f"build_dataset_asset needs name= (a Python identifier) for {fn!r}; got {asset_name!r}"
+        )
+    if key_prefix is None:
+        prefix: list[str] = []
+    else:
+        prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
+    key = dg.AssetKey([*prefix, asset_name])
+    spec = FanoutSpec(fn, key, io_manager_key, dict(metadata or {}), max_tasks)
+    resources = {io_manager_key}
+
+    @dg.op(
+        name=f"{asset_name}_plan",
+        out={
+            "plan": dg.Out(FanoutPlan, io_manager_key=step_io_manager_key),
+            "tasks": dg.DynamicOut(FanoutTask, io_manager_key=step_io_manager_key),
+        },
+        required_resource_keys=resources,
+        tags=_KIND_TAGS,
+    )
+    def _plan(context: dg.OpExecutionContext, config: FanoutConfig):
+        yield from plan_step(spec, context, config)
+
+    @dg.op(
+        name=f"{asset_name}_write",
+        out=dg.Out(list, io_manager_key=step_io_manager_key),
+        required_resource_keys=resources,
+        retry_policy=retry_policy,
+        pool=pool,
+        tags={**_KIND_TAGS, **dict(op_tags or {})},
+    )
+    def _write(context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
+        return write_step(spec, context, task)
+
+    @dg.op(
+        name=f"{asset_name}_finalize",
+        out=dg.Out(DatasetVersion, io_manager_key=io_manager_key),
+        required_resource_keys=resources,
+        tags=_KIND_TAGS,
+    )
+    def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list) -> dg.Output:
+        return finalize_step(spec, context, plan, written)
+
+    out = dg.AssetOut(
+        key=key,
+        io_manager_key=io_manager_key,
+        description=description
+        or f"Refiner dataset {key.to_user_string()}, written by fan-out steps.",
+        metadata={**dict(metadata or {}), DATASET_KEY: key.to_user_string()},
+        kinds={"refiner"},
+        group_name=group_name,
+    )
+
+    @dg.graph_multi_asset(name=asset_name, outs={asset_name: out}, partitions_def=partitions_def)
+    def _asset():
+        plan, tasks = _plan()
+        written = tasks.map(_write)
+        return _finalize(plan, written.collect())
+
+    return _asset
+
+
+__all__ = [
+    "DEFAULT_MAX_TASKS",
+    "FanoutConfig",
+    "FanoutPlan",
+    "FanoutTask",
+    "attempt_id_for",
+    "build_dataset_asset",
+]

@@ -1,0 +1,225 @@
+"""The three steps of a fan-out dataset asset: plan, write (mapped), finalize.
+
+Each step calls the user's function again to rebuild the lazy pipeline where it
+runs, so nothing but small values travels between steps: a :class:`FanoutPlan`
+(where the version lives, the engine run id), one :class:`FanoutTask` per write
+step (its shards) and the attempt manifests each write step committed. They go
+through the steps' IO manager (``fs_io_manager`` locally, ``S3PickleIOManager`` on
+a cluster), so a re-executed run loads them from the run it resumes.
+
+Writing goes through the dataset's refiner IO manager (a resource of every step):
+its settings, asset config and :class:`~refiner_dagster.storage.DatasetStorage`
+version folder, exactly as when the IO manager writes the asset in one step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+import refiner_core as mdr
+from refiner_core import manifests
+from refiner_core.manifests import AttemptManifest
+
+from .finalization import finalize_version
+from .metadata import counters_metadata, summary_metadata
+from .ops import group_shards
+from .storage import DatasetVersion, short_run_id
+
+PipelineFn = Callable[[dg.OpExecutionContext], mdr.Pipeline]
+DEFAULT_MAX_TASKS = 64
+
+
+@dataclass(frozen=True)
+class FanoutPlan:
+    """Where the run's version lives and which engine run writes it."""
+
+    asset_path: tuple[str, ...]
+    partition_key: str | None
+    version: str
+    run_id: str
+    shards: int
+    tasks: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class FanoutTask:
+    """One write step's work: some shards of the plan's write stage."""
+
+    plan: FanoutPlan
+    index: int
+    shards: list[mdr.Shard] = field(default_factory=list)
+
+    @property
+    def shard_ids(self) -> list[str]:
+        return [s.id for s in self.shards]
+
+
+class FanoutConfig(dg.Config):
+    """Run config of a fan-out dataset's plan step."""
+
+    max_tasks: int | None = None
+    """At most this many write steps (shards are grouped evenly). Default: the asset's
+    ``max_tasks``, else ``min(shards, 64)``."""
+
+
+def attempt_id_for(dagster_run_id: str, step_key: str, retry_number: int) -> str:
+    """The attempt id of one try of one write step: 12 hex digits of run, step and retry.
+
+    A retry gets a new attempt (so finalization can tell the dead one's files apart);
+    the same try always gets the same id.
+
+    >>> a = attempt_id_for("6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab", "d_write[task_00000]", 0)
+    >>> len(a), a == attempt_id_for("6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab",
+    ...                             "d_write[task_00000]", 1)
+    (12, False)
+    """
+    text = f"{dagster_run_id}\n{step_key}\n{int(retry_number)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class FanoutSpec:
+    """What every step of one fan-out dataset asset needs to know."""
+
+    fn: PipelineFn
+    asset_key: dg.AssetKey
+    io_manager_key: str
+    definition_metadata: Mapping[str, Any]
+    max_tasks: int | None
+
+    @property
+    def where(self) -> str:
+        return f"asset {self.asset_key.to_user_string()}"
+
+    def refiner_io_manager(self, context: dg.OpExecutionContext) -> Any:
+        return getattr(context.resources, self.io_manager_key)
+
+    def pipeline(self, context: dg.OpExecutionContext) -> mdr.Pipeline:
+        obj = self.fn(context)
+        if isinstance(obj, mdr.Pipeline):
+            return obj
+        kind = (
+            "a PipelineSequence (a writer is attached)"
+            if isinstance(obj, mdr.PipelineSequence)
+            else type(obj).__name__
+        )
+        raise TypeError(
+            f"{self.where}: the function given to build_dataset_asset returned {kind}; it must "
+            "return the lazy mdr.Pipeline itself (e.g. mdr.read_parquet(...).map(...)), the "
+            "asset's steps write it"
+        )
+
+    def version(self, context: dg.OpExecutionContext, plan: FanoutPlan) -> DatasetVersion:
+        storage = self.refiner_io_manager(context).storage(context.instance)
+        return storage.version(list(plan.asset_path), plan.partition_key, plan.version)
+
+
+def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
+    """Open the version folder, plan the write stage's shards, emit one task per group."""
+    io_manager = spec.refiner_io_manager(context)
+    pipeline = spec.pipeline(context)
+    partition = context.partition_key if context.has_partition_key else None
+    started = time.time()
+    version, _, assets = io_manager.begin_version(
+        asset_key=spec.asset_key,
+        partition=partition,
+        dagster_run_id=context.run_id,
+        definition_metadata=spec.definition_metadata,
+        instance=context.instance,
+    )
+    run_id = short_run_id(context.run_id)
+    shards = version.writer(pipeline, assets).write_stage.plan(run_id=run_id)
+    max_tasks = config.max_tasks or spec.max_tasks or min(len(shards), DEFAULT_MAX_TASKS) or 1
+    groups = group_shards(shards, max_tasks=max_tasks, shards_per_task=None)
+    plan = FanoutPlan(
+        tuple(spec.asset_key.path),
+        partition,
+        version.name,
+        run_id,
+        len(shards),
+        len(groups),
+        started,
+    )
+    context.log.info(
+        f"{version.describe()}: {len(shards)} shard(s) in {len(groups)} write step(s), "
+        f"engine run {run_id}"
+    )
+    yield dg.Output(
+        plan, output_name="plan", metadata={"shards": len(shards), "tasks": len(groups)}
+    )
+    for i, group in enumerate(groups):
+        yield dg.DynamicOutput(
+            FanoutTask(plan, i, list(group)), output_name="tasks", mapping_key=f"task_{i:05d}"
+        )
+
+
+def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
+    """Write the task's shards not committed yet, as this try's attempt."""
+    plan = task.plan
+    version = spec.version(context, plan)
+    _, assets = spec.refiner_io_manager(context).writer_config(
+        spec.asset_key, spec.definition_metadata
+    )
+    stage = version.writer(spec.pipeline(context), assets).write_stage
+    persisted = manifests.read_manifests(version.output_folder())
+    committed = manifests.choose_committed(persisted, plan.run_id)
+    todo = [s for s in task.shards if s.id not in committed]
+    step_key = f"{context.op_handle}[{context.get_mapping_key()}]"
+    attempt = attempt_id_for(context.run_id, step_key, context.retry_number)
+    written = stage.run_task(todo, run_id=plan.run_id, attempt_id=attempt) if todo else []
+    kept = [committed[s.id] for s in task.shards if s.id in committed]
+    result = sorted([*kept, *written], key=lambda m: m.shard_id)
+    totals = manifests.committed_counters(written)
+    context.log.info(
+        f"task {task.index}: wrote {len(written)} shard(s) as attempt {attempt}, "
+        f"{len(kept)} already committed, {totals.get('rows_written', 0)} rows"
+    )
+    metadata = counters_metadata(
+        totals, keys=("rows_read", "rows_written", "files_written", "assets_written")
+    )
+    metadata["shards_written"] = dg.MetadataValue.int(len(written))
+    metadata["shards_already_committed"] = dg.MetadataValue.int(len(kept))
+    metadata["attempt_id"] = dg.MetadataValue.text(attempt)
+    return dg.Output(result, metadata=metadata)
+
+
+def finalize_step(
+    spec: FanoutSpec,
+    context: dg.OpExecutionContext,
+    plan: FanoutPlan,
+    written: list[list[AttemptManifest]],
+) -> dg.Output:
+    """Record the version written, then reduce and publish it (``finalize_version``)."""
+    io_manager = spec.refiner_io_manager(context)
+    version = spec.version(context, plan)
+    stage_pipeline = spec.pipeline(context)
+    counters = io_manager.record_written(
+        version,
+        engine_run_id=plan.run_id,
+        pipeline=stage_pipeline,
+        started=time.monotonic() - (time.time() - plan.started_at),
+    )
+    if counters["shards"] != plan.shards:
+        raise RuntimeError(
+            f"{version.describe()}: {counters['shards']} of {plan.shards} shard(s) committed "
+            f"(write steps reported {sum(len(w) for w in written)}); re-execute the run from "
+            "failure to write the missing ones"
+        )
+    summary = finalize_version(version)
+    metadata = summary_metadata(summary, uri=version.url)
+    metadata["shards"] = dg.MetadataValue.int(summary.shards)
+    metadata["refiner/version"] = dg.MetadataValue.text(version.name)
+    metadata["refiner/state"] = dg.MetadataValue.text("published")
+    metadata["refiner/write_steps"] = dg.MetadataValue.int(plan.tasks)
+    context.log.info(f"published {version.describe()}: {summary.rows_written} rows")
+    published = io_manager.storage(context.instance).current(
+        version.asset_path, version.partition_key
+    )
+    return dg.Output(published, metadata=metadata)
