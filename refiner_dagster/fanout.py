@@ -37,6 +37,7 @@ from .fanout_steps import (
     attempt_id_for,
     finalize_step,
     plan_step,
+    static_plan_step,
     write_step,
 )
 from .settings import DATASET_KEY
@@ -60,6 +61,7 @@ def build_dataset_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     retry_policy: dg.RetryPolicy | None = None,
+    static_tasks: int | None = None,
 ) -> dg.AssetsDefinition:
     """One dataset asset written by ``plan -> write x N -> finalize`` steps.
 
@@ -79,6 +81,10 @@ def build_dataset_asset(
     - ``pool`` / ``op_tags`` / ``retry_policy``: set on the write steps only, so a
       deployment can throttle them (Dagster pools), size them (``dagster-k8s/config``)
       and retry them.
+    - ``static_tasks``: exactly this many write steps, known before the run starts,
+      instead of steps mapped over dynamic outputs. For executors that only run the
+      steps of the initial plan: ``dagster_dask.dask_executor`` (0.29) skips mapped
+      steps without an error. Steps left without shards finish at once.
 
     Example:
         >>> import dagster as dg, refiner_core as mdr
@@ -92,8 +98,11 @@ def build_dataset_asset(
     """
     if not callable(fn):
         raise TypeError(f"build_dataset_asset takes a function context -> mdr.Pipeline, got {fn!r}")
-    if max_tasks is not None and (not isinstance(max_tasks, int) or max_tasks <= 0):
-        raise ValueError(f"max_tasks must be a positive integer, got {max_tasks!r}")
+    for label, value in (("max_tasks", max_tasks), ("static_tasks", static_tasks)):
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    if static_tasks is not None and max_tasks is not None and max_tasks > static_tasks:
+        raise ValueError(f"max_tasks={max_tasks} cannot exceed static_tasks={static_tasks}")
     asset_name = name or getattr(fn, "__name__", None)
     if not asset_name or not asset_name.isidentifier():
         raise ValueError(
@@ -104,31 +113,13 @@ def build_dataset_asset(
     else:
         prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
     key = dg.AssetKey([*prefix, asset_name])
-    spec = FanoutSpec(fn, key, io_manager_key, dict(metadata or {}), max_tasks)
+    spec = FanoutSpec(
+        fn, key, io_manager_key, dict(metadata or {}), max_tasks or static_tasks, static_tasks
+    )
     resources = {io_manager_key}
 
-    @dg.op(
-        name=f"{asset_name}_plan",
-        out={
-            "plan": dg.Out(FanoutPlan, io_manager_key=step_io_manager_key),
-            "tasks": dg.DynamicOut(FanoutTask, io_manager_key=step_io_manager_key),
-        },
-        required_resource_keys=resources,
-        tags=_KIND_TAGS,
-    )
-    def _plan(context: dg.OpExecutionContext, config: FanoutConfig):
-        yield from plan_step(spec, context, config)
-
-    @dg.op(
-        name=f"{asset_name}_write",
-        out=dg.Out(list, io_manager_key=step_io_manager_key),
-        required_resource_keys=resources,
-        retry_policy=retry_policy,
-        pool=pool,
-        tags={**_KIND_TAGS, **dict(op_tags or {})},
-    )
-    def _write(context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
-        return write_step(spec, context, task)
+    write_tags = {**_KIND_TAGS, **dict(op_tags or {})}
+    step_io = step_io_manager_key
 
     @dg.op(
         name=f"{asset_name}_finalize",
@@ -138,6 +129,71 @@ def build_dataset_asset(
     )
     def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list) -> dg.Output:
         return finalize_step(spec, context, plan, written)
+
+    if static_tasks is None:
+
+        @dg.op(
+            name=f"{asset_name}_plan",
+            out={
+                "plan": dg.Out(FanoutPlan, io_manager_key=step_io),
+                "tasks": dg.DynamicOut(FanoutTask, io_manager_key=step_io),
+            },
+            required_resource_keys=resources,
+            tags=_KIND_TAGS,
+        )
+        def _plan(context: dg.OpExecutionContext, config: FanoutConfig):
+            yield from plan_step(spec, context, config)
+
+        @dg.op(
+            name=f"{asset_name}_write",
+            out=dg.Out(list, io_manager_key=step_io),
+            required_resource_keys=resources,
+            retry_policy=retry_policy,
+            pool=pool,
+            tags=write_tags,
+        )
+        def _write(context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
+            return write_step(spec, context, task)
+
+        def compose():
+            plan, tasks = _plan()
+            return _finalize(plan, tasks.map(_write).collect())
+
+    else:
+
+        @dg.op(
+            name=f"{asset_name}_plan",
+            out={
+                "plan": dg.Out(FanoutPlan, io_manager_key=step_io),
+                "tasks": dg.Out(list, io_manager_key=step_io),
+            },
+            required_resource_keys=resources,
+            tags=_KIND_TAGS,
+        )
+        def _static_plan(context: dg.OpExecutionContext, config: FanoutConfig):
+            yield from static_plan_step(spec, context, config)
+
+        def write_op(index: int) -> dg.OpDefinition:
+            @dg.op(
+                name=f"{asset_name}_write_{index:05d}",
+                out=dg.Out(list, io_manager_key=step_io),
+                required_resource_keys=resources,
+                retry_policy=retry_policy,
+                pool=pool,
+                tags=write_tags,
+            )
+            def _write_one(context: dg.OpExecutionContext, tasks: list) -> dg.Output:
+                if index >= len(tasks):
+                    return dg.Output([], metadata={"shards_written": 0})
+                return write_step(spec, context, tasks[index])
+
+            return _write_one
+
+        writes = [write_op(i) for i in range(static_tasks)]
+
+        def compose():
+            plan, tasks = _static_plan()
+            return _finalize(plan, [write(tasks) for write in writes])
 
     out = dg.AssetOut(
         key=key,
@@ -151,9 +207,7 @@ def build_dataset_asset(
 
     @dg.graph_multi_asset(name=asset_name, outs={asset_name: out}, partitions_def=partitions_def)
     def _asset():
-        plan, tasks = _plan()
-        written = tasks.map(_write)
-        return _finalize(plan, written.collect())
+        return compose()
 
     return _asset
 

@@ -93,6 +93,7 @@ class FanoutSpec:
     io_manager_key: str
     definition_metadata: Mapping[str, Any]
     max_tasks: int | None
+    static_tasks: int | None = None
 
     @property
     def where(self) -> str:
@@ -121,8 +122,10 @@ class FanoutSpec:
         return storage.version(list(plan.asset_path), plan.partition_key, plan.version)
 
 
-def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
-    """Open the version folder, plan the write stage's shards, emit one task per group."""
+def plan_tasks(
+    spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig
+) -> tuple[FanoutPlan, list[FanoutTask]]:
+    """Open the version folder, plan the write stage's shards, group them into tasks."""
     io_manager = spec.refiner_io_manager(context)
     pipeline = spec.pipeline(context)
     partition = context.partition_key if context.has_partition_key else None
@@ -137,6 +140,11 @@ def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutCo
     run_id = short_run_id(context.run_id)
     shards = version.writer(pipeline, assets).write_stage.plan(run_id=run_id)
     max_tasks = config.max_tasks or spec.max_tasks or min(len(shards), DEFAULT_MAX_TASKS) or 1
+    if spec.static_tasks is not None and max_tasks > spec.static_tasks:
+        raise ValueError(
+            f"{spec.where} has {spec.static_tasks} write steps (static_tasks); run config "
+            f"max_tasks={max_tasks} cannot exceed it"
+        )
     groups = group_shards(shards, max_tasks=max_tasks, shards_per_task=None)
     plan = FanoutPlan(
         tuple(spec.asset_key.path),
@@ -151,13 +159,22 @@ def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutCo
         f"{version.describe()}: {len(shards)} shard(s) in {len(groups)} write step(s), "
         f"engine run {run_id}"
     )
-    yield dg.Output(
-        plan, output_name="plan", metadata={"shards": len(shards), "tasks": len(groups)}
-    )
-    for i, group in enumerate(groups):
-        yield dg.DynamicOutput(
-            FanoutTask(plan, i, list(group)), output_name="tasks", mapping_key=f"task_{i:05d}"
-        )
+    return plan, [FanoutTask(plan, i, list(group)) for i, group in enumerate(groups)]
+
+
+def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
+    """The plan, then one dynamic output per task (write steps mapped over them)."""
+    plan, tasks = plan_tasks(spec, context, config)
+    yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
+    for task in tasks:
+        yield dg.DynamicOutput(task, output_name="tasks", mapping_key=f"task_{task.index:05d}")
+
+
+def static_plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
+    """The plan, then every task in one list (write step ``i`` takes task ``i``)."""
+    plan, tasks = plan_tasks(spec, context, config)
+    yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
+    yield dg.Output(tasks, output_name="tasks")
 
 
 def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
@@ -171,7 +188,8 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
     persisted = manifests.read_manifests(version.output_folder())
     committed = manifests.choose_committed(persisted, plan.run_id)
     todo = [s for s in task.shards if s.id not in committed]
-    step_key = f"{context.op_handle}[{context.get_mapping_key()}]"
+    mapping_key = context.get_mapping_key()
+    step_key = f"{context.op_handle}[{mapping_key}]" if mapping_key else str(context.op_handle)
     attempt = attempt_id_for(context.run_id, step_key, context.retry_number)
     written = stage.run_task(todo, run_id=plan.run_id, attempt_id=attempt) if todo else []
     kept = [committed[s.id] for s in task.shards if s.id in committed]
