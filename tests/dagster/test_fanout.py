@@ -1,0 +1,331 @@
+"""Fan-out dataset assets (build_dataset_asset) on the in-process and multiprocess executors.
+
+Same data as the IO-manager path, written by plan -> write x N -> finalize steps into
+the same versioned storage; retries, re-execution from failure, partitions, checks
+and downstream loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import dagster as dg
+import pytest
+
+import refiner_core as mdr
+import refiner_dagster as rd
+from refiner_core import manifests
+from refiner_dagster.fanout import attempt_id_for
+from tests.dagster import fanout_defs as defs
+from tests.dagster.fanout_defs import expected_rows, published, rows_of
+
+
+@pytest.fixture
+def fanout_env(tmp_path, monkeypatch) -> dict[str, str]:
+    """Media on local disk, an IO manager base folder and a row log, in the environment."""
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(defs.NUM_ROWS):
+        (media / f"frame_{i:03d}.bin").write_bytes(defs.media_bytes(i))
+    log = tmp_path / "log"
+    log.mkdir()
+    env = {defs.MEDIA_ENV: str(media), defs.BASE_ENV: str(tmp_path / "out"), defs.LOG_ENV: str(log)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(defs.FAULT_ENV, raising=False)
+    return env
+
+
+def attempt_ids_in(version: rd.DatasetVersion) -> set[str]:
+    """The attempt id of every table file and asset folder left in the version folder."""
+    folder = version.output_folder()
+    found = set()
+    for relative in folder.find(""):
+        for part in relative.split("/"):
+            stem = part.split(".", 1)[0]
+            if (key := manifests.parse_attempt_key(stem)) is not None:
+                found.add(key[1])
+    return found
+
+
+def step_events(result, kind: str) -> list[dg.DagsterEvent]:
+    return [e for e in result.all_events if e.event_type_value == kind]
+
+
+def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env):
+    seen: dict[str, Any] = {}
+
+    @dg.asset(io_manager_key="refiner")
+    def downstream(frames) -> mdr.Pipeline:
+        seen["table"] = frames
+        return frames.map(lambda r: {"double": 2 * r.i})
+
+    checks = rd.build_dataset_checks(defs.frames)
+    result = dg.materialize(
+        [defs.frames, downstream, *checks],
+        instance=dagster_instance,
+        resources={"refiner": defs.refiner_resource()},
+    )
+    assert result.success
+    writes = sorted(
+        e.step_key for e in step_events(result, "STEP_SUCCESS") if "frames_write" in e.step_key
+    )
+    assert writes == [f"frames.frames_write[task_{i:05d}]" for i in range(3)]
+
+    version = published("frames")
+    assert version.name == f"v-{rd.short_run_id(result.run_id)}"
+    assert rows_of(version) == expected_rows()
+    summary = version.summary()
+    assert summary.shards == 6 and summary.rows_written == defs.NUM_ROWS
+    assert summary.counters["assets_written"] == defs.NUM_ROWS
+    # the downstream asset received a lazy pipeline over the published table
+    assert isinstance(seen["table"], mdr.Pipeline)
+    assert sorted(r.i for r in seen["table"].iter_rows()) == list(range(defs.NUM_ROWS))
+
+    (materialization,) = [
+        e.materialization
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == defs.frames.key
+    ]
+    assert materialization.metadata["dagster/row_count"].value == defs.NUM_ROWS
+    assert materialization.metadata["refiner/state"].value == "published"
+    assert materialization.metadata["shards"].value == 6
+    evaluations = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert evaluations == {rd.MISSING_ASSETS_CHECK: True, rd.REFERENCE_INTEGRITY_CHECK: True}
+
+    # the same storage layout and version record as the IO-manager path
+    record = json.loads(version.folder.read_bytes(f"_versions/{version.name}.json"))
+    assert record["state"] == "published" and record["engine_run_id"] == summary.run_id
+    assert record["assets"]["mode"] == "blobs" and record["shards"] == 6
+
+
+def test_multiprocess_gives_the_same_rows_and_bytes(dagster_instance, fanout_env, monkeypatch):
+    assert dg.materialize(
+        [defs.frames], instance=dagster_instance, resources={"refiner": defs.refiner_resource()}
+    ).success
+    in_process = rows_of(published("frames"))
+
+    monkeypatch.setenv(defs.BASE_ENV, fanout_env[defs.BASE_ENV] + "-mp")
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_multiprocess_job), instance=dagster_instance
+    ) as result:
+        assert result.success
+        pids = {e.pid for e in step_events(result, "STEP_START") if "frames_write" in e.step_key}
+    version = published("frames")
+    assert rows_of(version) == in_process == expected_rows()
+    row_pids = {r.pid for r in rd.tables.open_version(version).iter_rows()}
+    assert row_pids <= pids and os.getpid() not in row_pids
+    assert len(pids) == 3  # a process per write step
+
+
+def test_write_step_killed_mid_shard_is_retried_and_leaves_no_file(
+    dagster_instance, fanout_env, monkeypatch
+):
+    # row 1 is the second row of shard 00000, the first shard of write step task_00000:
+    # its process dies in the middle of that shard, before the step committed anything
+    monkeypatch.setenv(defs.FAULT_ENV, "exit:1")
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_multiprocess_job), instance=dagster_instance
+    ) as result:
+        assert result.success
+        restarts = [e.step_key for e in step_events(result, "STEP_RESTARTED")]
+        run_id = result.run_id
+    assert restarts == ["frames.frames_write[task_00000]"]
+    processed = sorted(
+        int(n.split("-")[1]) for n in os.listdir(fanout_env[defs.LOG_ENV]) if n[0].isdigit()
+    )
+    # the dead try mapped rows 0 and 1; the retry wrote shards 00000 and 00001 again
+    assert processed == sorted([0, 1, *range(defs.NUM_ROWS)])
+
+    version = published("frames")
+    assert rows_of(version) == expected_rows()
+    summary = version.summary()
+    dead = attempt_id_for(run_id, "frames.frames_write[task_00000]", 0)
+    retry = attempt_id_for(run_id, "frames.frames_write[task_00000]", 1)
+    committed = {
+        m.shard_id: m.attempt_id for m in manifests.read_manifests(version.output_folder())
+    }
+    assert committed["00000"] == retry and committed["00001"] == retry
+    assert summary.shards == 6
+    with open(os.path.join(fanout_env[defs.LOG_ENV], "fault-exit-1")) as f:
+        at_death = [p for p in f.read().splitlines() if dead in p]
+    # nothing of the dead attempt is left: not what it had written when it died, no
+    # table file, asset folder or manifest named for it
+    assert [p for p in at_death if os.path.exists(p)] == []
+    assert dead not in attempt_ids_in(version)
+    assert dead not in committed.values()
+    assert attempt_ids_in(version) == set(committed.values())
+
+
+def test_reexecution_from_failure_writes_only_uncommitted_shards(
+    dagster_instance, fanout_env, monkeypatch
+):
+    # row 7 is in shard 00003, the second shard of write step task_00001 (no retries)
+    monkeypatch.setenv(defs.FAULT_ENV, "raise:7")
+    log = fanout_env[defs.LOG_ENV]
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_once_job), instance=dagster_instance
+    ) as failed:
+        assert not failed.success
+        parent = failed.run_id
+    storage = defs.refiner_resource().storage()
+    assert storage.current(["frames_once"], None) is None  # nothing published
+    version = storage.version(["frames_once"], None, f"v-{rd.short_run_id(parent)}")
+    first = set(
+        manifests.choose_committed(
+            manifests.read_manifests(version.output_folder()), rd.short_run_id(parent)
+        )
+    )
+    assert first == {"00000", "00001", "00002", "00004", "00005"}
+    before = set(os.listdir(log))
+
+    options = dg.ReexecutionOptions.from_failure(parent, dagster_instance)
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_once_job),
+        instance=dagster_instance,
+        reexecution_options=options,
+    ) as resumed:
+        assert resumed.success
+        ran = sorted(e.step_key for e in step_events(resumed, "STEP_START"))
+        write_output = [
+            e for e in step_events(resumed, "STEP_OUTPUT") if "frames_once_write" in e.step_key
+        ]
+        metadata = write_output[0].event_specific_data.metadata
+    assert ran == ["frames_once.frames_once_finalize", "frames_once.frames_once_write[task_00001]"]
+    rows_processed = sorted(int(n.split("-")[1]) for n in set(os.listdir(log)) - before)
+    assert rows_processed == [6, 7]  # shard 00003 only: 1 of 6 shards written again
+    assert metadata["shards_written"].value == 1
+    assert metadata["shards_already_committed"].value == 1
+
+    final = published("frames_once")
+    assert final.name == version.name  # the same version was finished
+    assert rows_of(final) == expected_rows()
+    assert final.summary().shards == 6
+
+
+def test_partitioned_fanout_publishes_and_loads_each_partition(dagster_instance, fanout_env):
+    parts = dg.StaticPartitionsDefinition(["a", "b"])
+    dataset = rd.build_dataset_asset(
+        defs.frames_pipeline, name="episodes", partitions_def=parts, max_tasks=2
+    )
+    loaded: dict[str, list] = {}
+
+    @dg.asset(partitions_def=parts, io_manager_key="refiner")
+    def episodes_tags(context, episodes) -> mdr.Pipeline:
+        loaded[context.partition_key] = sorted(r.tag for r in episodes.iter_rows())
+        return episodes.map(lambda r: {"n": 1})
+
+    resources = {
+        "refiner": rd.RefinerBlobIOManager(
+            base_url=fanout_env[defs.BASE_ENV], target_bytes=150, finalize_inline=True
+        )
+    }
+    for key in ("a", "b"):
+        result = dg.materialize(
+            [dataset, episodes_tags],
+            instance=dagster_instance,
+            resources=resources,
+            partition_key=key,
+        )
+        assert result.success
+    for key in ("a", "b"):
+        version = published("episodes", key)
+        assert version.partition_key == key
+        assert rows_of(version) == expected_rows(key)
+        assert loaded[key] == sorted(row[2] for row in expected_rows(key))
+        assert published("episodes_tags", key) is not None
+
+
+def test_time_and_dynamic_partitions(dagster_instance, fanout_env):
+    daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+    dynamic = dg.DynamicPartitionsDefinition(name="robots")
+    dagster_instance.add_dynamic_partitions("robots", ["r2d2"])
+    resources = {"refiner": defs.refiner_resource()}
+    for name, partitions, key in (("daily", daily, "2024-01-02"), ("robots", dynamic, "r2d2")):
+        asset = rd.build_dataset_asset(defs.frames_pipeline, name=name, partitions_def=partitions)
+        assert dg.materialize(
+            [asset], instance=dagster_instance, resources=resources, partition_key=key
+        ).success
+        assert rows_of(published(name, key)) == expected_rows(key)
+
+
+def test_run_config_sets_the_fan_out_width(dagster_instance, fanout_env):
+    asset = rd.build_dataset_asset(defs.frames_pipeline, name="wide", op_tags={"team": "ml"})
+    config = {"ops": {"wide": {"ops": {"wide_plan": {"config": {"max_tasks": 2}}}}}}
+    result = dg.materialize(
+        [asset],
+        instance=dagster_instance,
+        resources={"refiner": defs.refiner_resource()},
+        run_config=config,
+    )
+    assert result.success
+    writes = {e.step_key for e in step_events(result, "STEP_SUCCESS") if "wide_write" in e.step_key}
+    assert len(writes) == 2
+    default = rd.build_dataset_asset(defs.frames_pipeline, name="narrow")
+    result = dg.materialize(
+        [default], instance=dagster_instance, resources={"refiner": defs.refiner_resource()}
+    )
+    writes = {
+        e.step_key for e in step_events(result, "STEP_SUCCESS") if "narrow_write" in e.step_key
+    }
+    assert len(writes) == 6  # min(shards, 64)
+    write_op = asset.node_def.node_dict["wide_write"].definition
+    assert write_op.tags["team"] == "ml"
+
+
+def test_pool_and_static_steps(fanout_env):
+    asset = rd.build_dataset_asset(
+        defs.frames_pipeline, name="pooled", pool="refiner-writes", static_tasks=4
+    )
+    nodes = asset.node_def.node_dict
+    assert sorted(n for n in nodes if "write" in n) == [f"pooled_write_{i:05d}" for i in range(4)]
+    assert {nodes[f"pooled_write_{i:05d}"].definition.pool for i in range(4)} == {"refiner-writes"}
+    with pytest.raises(ValueError, match="max_tasks=5 cannot exceed static_tasks=4"):
+        rd.build_dataset_asset(defs.frames_pipeline, name="x", static_tasks=4, max_tasks=5)
+    with pytest.raises(ValueError, match="max_tasks must be a positive integer"):
+        rd.build_dataset_asset(defs.frames_pipeline, name="x", max_tasks=0)
+
+
+def test_function_must_return_a_lazy_pipeline(dagster_instance, fanout_env, tmp_path):
+    def written(context):
+        return mdr.from_items([{"x": 1}]).write_parquet(str(tmp_path / "elsewhere"))
+
+    asset = rd.build_dataset_asset(written, name="written")
+    with pytest.raises(TypeError, match="must return the lazy mdr.Pipeline itself"):
+        dg.materialize(
+            [asset], instance=dagster_instance, resources={"refiner": defs.refiner_resource()}
+        )
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_io_manager_retry_resumes_its_shards(dagster_instance, fanout_env, monkeypatch):
+    """The one-step IO-manager path: a retry of the step skips the shards already written."""
+    monkeypatch.setenv(defs.FAULT_ENV, "raise:7")
+
+    @dg.asset(io_manager_key="refiner", retry_policy=dg.RetryPolicy(max_retries=1))
+    def frames_io(context) -> mdr.Pipeline:
+        return defs.frames_pipeline(context)
+
+    resources = {
+        "refiner": rd.RefinerBlobIOManager(
+            base_url=fanout_env[defs.BASE_ENV],
+            target_bytes=150,
+            num_workers=1,
+            finalize_inline=True,
+        )
+    }
+    result = dg.materialize([frames_io], instance=dagster_instance, resources=resources)
+    assert result.success
+    assert [e.step_key for e in step_events(result, "STEP_RESTARTED")] == ["frames_io"]
+    processed = sorted(
+        int(n.split("-")[1])
+        for n in os.listdir(fanout_env[defs.LOG_ENV])
+        if not n.startswith("fault")
+    )
+    # first try: rows 0..7 (row 7 fails shard 00003); retry: shards 00003..00005 only
+    assert processed == sorted([*range(8), *range(6, 12)])
+    version = published("frames_io")
+    assert rows_of(version) == expected_rows()
+    assert version.summary().shards == 6

@@ -1,0 +1,105 @@
+"""A fan-out dataset on dagster-dask's executor and a real distributed.LocalCluster.
+
+Two worker processes on loopback (started once for the module), tables and media
+on the moto S3 server, step outputs through dagster-aws's S3PickleIOManager. The
+pipeline's lambda, local function and closure factory run in the dask workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+from distributed import Client, LocalCluster
+
+import refiner_dagster as rd
+from tests.dagster import fanout_defs as defs
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def dask_s3(s3_server, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A bucket with the media, the environment the workers start with, and the cluster."""
+    bucket = s3_server.create_bucket("refiner-dask")
+    client = s3_server.client()
+    for i in range(defs.NUM_ROWS):
+        client.put_object(Bucket=bucket, Key=f"media/frame_{i:03d}.bin", Body=defs.media_bytes(i))
+    log = tmp_path_factory.mktemp("dask-log")
+    env = {
+        defs.MEDIA_ENV: f"s3://{bucket}/media",
+        defs.BASE_ENV: f"s3://{bucket}/data",
+        defs.S3_ENDPOINT_ENV: s3_server.endpoint_url,
+        defs.LOG_ENV: str(log),
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.delenv(defs.FAULT_ENV, raising=False)
+        # the workers are separate processes started now, with this environment
+        with LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster:
+            env["address"] = cluster.scheduler_address
+            yield env
+    s3_server.delete_bucket(bucket)
+
+
+def worker_pids(address: str) -> set[int]:
+    with Client(address) as client:
+        return set(client.run(os.getpid).values())
+
+
+def test_dask_matches_in_process_and_runs_in_worker_processes(
+    dagster_instance, dask_s3, s3_server, tmp_path, monkeypatch
+):
+    workers = worker_pids(dask_s3["address"])
+    assert len(workers) == 2 and os.getpid() not in workers
+
+    run_config = {
+        "execution": {"config": {"cluster": {"existing": {"address": dask_s3["address"]}}}}
+    }
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_dask_job), instance=dagster_instance, run_config=run_config
+    ) as result:
+        assert result.success
+        steps = sorted(
+            e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"
+        )
+        step_pids = {e.pid for e in result.all_events if e.event_type_value == "STEP_START"}
+    assert [s for s in steps if "_write_" in s] == [
+        f"frames_static.frames_static_write_{i:05d}" for i in range(3)
+    ]
+    assert "frames_static.frames_static_finalize" in steps
+    assert step_pids <= workers  # every step ran inside a dask worker process
+
+    dask_version = defs.published("frames_static")
+    assert dask_version.url.startswith("s3://")
+    dask_rows = defs.rows_of(dask_version)
+    row_pids = {r.pid for r in rd.tables.open_version(dask_version).iter_rows()}
+    assert row_pids <= workers and os.getpid() not in row_pids
+    # step outputs (plan, shard lists, manifests) went through S3PickleIOManager
+    bucket = dask_s3[defs.BASE_ENV].removeprefix("s3://").split("/")[0]
+    step_keys = [k for k in s3_server.keys(bucket) if k.startswith(f"steps/{result.run_id}/")]
+    assert any("frames_static_plan" in k for k in step_keys)
+    assert sum("frames_static_write_" in k for k in step_keys) == 3
+    # media and tables on S3
+    data_keys = [k for k in s3_server.keys(bucket) if k.startswith("data/frames_static/")]
+    assert any(k.endswith(".parquet") for k in data_keys)
+    assert any("/assets/" in k for k in data_keys)
+
+    # the same dataset with the in-process executor, on local disk
+    monkeypatch.setenv(defs.BASE_ENV, str(tmp_path / "local"))
+    assert dg.materialize(
+        [defs.frames_static],
+        instance=dagster_instance,
+        resources={"refiner": defs.refiner_resource()},
+    ).success
+    local_rows = defs.rows_of(defs.published("frames_static"))
+    assert dask_rows == local_rows == defs.expected_rows()
