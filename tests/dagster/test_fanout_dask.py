@@ -86,7 +86,9 @@ def test_dask_matches_in_process_and_runs_in_worker_processes(
     assert row_pids <= workers and os.getpid() not in row_pids
     # step outputs (plan, shard lists, manifests) went through S3PickleIOManager
     bucket = dask_s3[defs.BASE_ENV].removeprefix("s3://").split("/")[0]
-    step_keys = [k for k in s3_server.keys(bucket) if k.startswith(f"steps/{result.run_id}/")]
+    step_keys = [
+        k for k in s3_server.keys(bucket) if k.startswith(f"steps/storage/{result.run_id}/")
+    ]
     assert any("frames_static_plan" in k for k in step_keys)
     assert sum("frames_static_write_" in k for k in step_keys) == 3
     # media and tables on S3
