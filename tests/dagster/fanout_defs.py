@@ -119,10 +119,9 @@ def published(name: str, partition: str | None = None) -> rd.DatasetVersion:
 
 
 def refiner_resource() -> rd.RefinerBlobIOManager:
-    base = os.environ[BASE_ENV]
-    if not base.startswith("s3://"):
-        return rd.RefinerBlobIOManager(base_url=base, target_bytes=150)
-    return rd.RefinerBlobIOManager(base_url=base, target_bytes=150, s3=s3_resource())
+    """The refiner IO manager on BASE_ENV; with an S3 endpoint set, tables and/or media on S3."""
+    s3 = s3_resource() if os.environ.get(S3_ENDPOINT_ENV) else None
+    return rd.RefinerBlobIOManager(base_url=os.environ[BASE_ENV], target_bytes=150, s3=s3)
 
 
 def s3_resource():

@@ -35,6 +35,7 @@ def fanout_env(tmp_path, monkeypatch) -> dict[str, str]:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv(defs.FAULT_ENV, raising=False)
+    monkeypatch.delenv(defs.S3_ENDPOINT_ENV, raising=False)
     return env
 
 
