@@ -27,6 +27,7 @@ from refiner_core import manifests
 from refiner_core.manifests import AttemptManifest
 
 from .finalization import finalize_version
+from .io_manager import committed_counters
 from .metadata import counters_metadata, summary_metadata
 from .ops import group_shards
 from .storage import DatasetVersion, short_run_id
@@ -217,19 +218,19 @@ def finalize_step(
     """Record the version written, then reduce and publish it (``finalize_version``)."""
     io_manager = spec.refiner_io_manager(context)
     version = spec.version(context, plan)
-    stage_pipeline = spec.pipeline(context)
-    counters = io_manager.record_written(
-        version,
-        engine_run_id=plan.run_id,
-        pipeline=stage_pipeline,
-        started=time.monotonic() - (time.time() - plan.started_at),
-    )
-    if counters["shards"] != plan.shards:
+    committed = committed_counters(version, plan.run_id)["shards"]
+    if committed != plan.shards:
         raise RuntimeError(
-            f"{version.describe()}: {counters['shards']} of {plan.shards} shard(s) committed "
+            f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
             f"(write steps reported {sum(len(w) for w in written)}); re-execute the run from "
             "failure to write the missing ones"
         )
+    io_manager.record_written(
+        version,
+        engine_run_id=plan.run_id,
+        pipeline=spec.pipeline(context),
+        started=time.monotonic() - (time.time() - plan.started_at),
+    )
     summary = finalize_version(version)
     metadata = summary_metadata(summary, uri=version.url)
     metadata["shards"] = dg.MetadataValue.int(summary.shards)
