@@ -32,8 +32,11 @@ class ShardStage(Protocol):
     def plan(self, run_id: str) -> list[Any]:
         """The shards of this run (and anything the stage sets up before they run)."""
 
-    def run_task(self, shards: list[Any], *, run_id: str) -> list[AttemptManifest]:
-        """Run ``shards`` one after another in this process; one manifest each."""
+    def run_task(
+        self, shards: list[Any], *, run_id: str, attempt_id: str | None = None
+    ) -> list[AttemptManifest]:
+        """Run ``shards`` one after another in this process; one manifest each (every
+        attempt named ``attempt_id`` when given)."""
 
     def run_shard(
         self,
