@@ -11,10 +11,14 @@ byte ranges, exactly as :meth:`JsonlSource.read` reads them.
 from __future__ import annotations
 
 import bisect
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ..io.datafile import is_local
 from ..io.ranged import open_range
+
+REMOTE_READS_IN_FLIGHT = 16
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,14 @@ def line_range_payloads(files: list[LineFile], count: int) -> list[tuple[tuple[s
     stream = _Stream(files)
     if stream.size == 0:
         return []
+    offsets = [k * stream.size // count for k in range(1, count)]
+    if all(is_local(f.fs) for f in stream.files):
+        snapped = [stream.line_start_from(offset) for offset in offsets]
+    else:  # one small ranged read per cut: many at once
+        with ThreadPoolExecutor(max_workers=REMOTE_READS_IN_FLIGHT) as pool:
+            snapped = list(pool.map(stream.line_start_from, offsets))
     bounds = [0]
-    for k in range(1, count):
-        cut = stream.line_start_from(k * stream.size // count)
+    for cut in snapped:
         if cut <= bounds[-1]:
             cut = stream.line_start_from(bounds[-1] + 1)
         if cut >= stream.size:
