@@ -6,7 +6,6 @@ import collections
 import contextlib
 import gc
 import json
-import multiprocessing
 import multiprocessing.connection as mp_connection
 import os
 import shutil
@@ -21,7 +20,12 @@ from ..errors import StageFailed, StepError
 from ..validation import check_positive
 from .attempts import new_run_id
 from .progress import StageProgress
-from .start_methods import resolve_start_method, stage_for_workers, stage_in_worker
+from .start_methods import (
+    resolve_start_method,
+    stage_for_workers,
+    stage_in_worker,
+    worker_context,
+)
 from .worker import WorkerContext
 
 _PROGRESS_EVERY_S = 0.25
@@ -219,7 +223,7 @@ def _run_sharded(
     exiting: list[Any],
     start_method: str,
 ) -> None:
-    ctx = multiprocessing.get_context(start_method)
+    ctx = worker_context(start_method)
     sent = stage_for_workers(stage, start_method)
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))

@@ -25,6 +25,7 @@ import cloudpickle
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _ISOLATION_MODULE = "refiner_core.sinks.lance.isolation"
+_LAUNCHER_MODULE = "refiner_core.execution.launcher"
 
 
 def _fork_is_safe() -> bool:
@@ -51,6 +52,16 @@ def resolve_start_method(start_method: str | None) -> str:
             f"(it has {available})"
         )
     return start_method
+
+
+def worker_context(start_method: str) -> Any:
+    """The multiprocessing context that starts workers. The fork server (started once
+    per process, on first use) imports refiner before it forks any worker, so each
+    worker starts in milliseconds instead of importing refiner anew."""
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(["__main__", _LAUNCHER_MODULE])
+    return ctx
 
 
 @dataclass(frozen=True)

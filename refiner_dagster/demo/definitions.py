@@ -138,10 +138,10 @@ def episodes() -> dg.MaterializeResult:
 )
 def labeled_episodes() -> mdr.Pipeline:
     """Episodes labeled long/short (``map_async``) and scored in batches (``batch_map_async``)."""
-    # three shards of the 24 episodes: each scores in full batches of eight, whatever
-    # the number of workers (rows with media are otherwise cut into 4 shards per worker)
+    # one shard: the 24 episodes score in three full batches of eight, whatever the
+    # number of workers (rows with media are otherwise cut into 4 shards per worker)
     return (
-        source_pipeline(num_shards=3)
+        source_pipeline(num_shards=1)
         .map_async(label_episode, max_in_flight=8)
         .batch_map_async(score_batch, batch_size=8, max_in_flight=2)
     )
