@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -55,9 +56,9 @@ def resolve_start_method(start_method: str | None) -> str:
 
 
 def worker_context(start_method: str) -> Any:
-    """The multiprocessing context that starts workers. The fork server (started once
-    per process, on first use) imports refiner before it forks any worker, so each
-    worker starts in milliseconds instead of importing refiner anew."""
+    """The multiprocessing context that starts workers. The fork server (Python's, one
+    per process, started on first use) imports refiner before it forks any worker, so
+    each worker starts in milliseconds instead of importing refiner anew."""
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
         ctx.set_forkserver_preload(["__main__", _LAUNCHER_MODULE])
@@ -66,10 +67,13 @@ def worker_context(start_method: str) -> Any:
 
 @dataclass(frozen=True)
 class PickledStage:
-    """A stage as cloudpickle bytes, on its way to a worker started fresh."""
+    """A stage as cloudpickle bytes, on its way to a worker started fresh, with the
+    launcher's environment when the worker comes from the fork server (which has the
+    environment of the moment it started, once per process)."""
 
     data: bytes
     name: str
+    environ: dict[str, str] | None = None
 
 
 def stage_for_workers(stage: Any, start_method: str) -> Any:
@@ -79,8 +83,9 @@ def stage_for_workers(stage: Any, start_method: str) -> Any:
     stage and what could not be pickled."""
     if start_method == "fork":
         return stage
+    environ = dict(os.environ) if start_method == "forkserver" else None
     try:
-        return PickledStage(cloudpickle.dumps(stage), stage.name)
+        return PickledStage(cloudpickle.dumps(stage), stage.name, environ)
     except Exception as exc:
         raise TypeError(
             f"launch_local(start_method={start_method!r}): stage {stage.name!r} cannot be "
@@ -97,6 +102,9 @@ def stage_in_worker(received: Any) -> Any:
     stage uses it) is called right here instead of in a helper process."""
     if not isinstance(received, PickledStage):
         return received
+    if received.environ is not None:
+        os.environ.clear()
+        os.environ.update(received.environ)
     stage = cloudpickle.loads(received.data)
     if "lance" in sys.modules:
         from ..sinks.lance.isolation import call_lance_here

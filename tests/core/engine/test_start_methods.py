@@ -20,6 +20,7 @@ from refiner_core.execution.start_methods import resolve_start_method
 from .helpers import data_files
 
 START_METHODS = ["fork", "forkserver", "spawn"]
+pytestmark = pytest.mark.usefixtures("fresh_forkserver")
 
 
 def local_pipeline(offset: int) -> mdr.Pipeline:
@@ -190,3 +191,19 @@ def test_start_method_is_checked_and_fork_stays_the_default():
         ValueError, match=r"start_method='threads'.*\('fork', 'forkserver', 'spawn'\)"
     ):
         mdr.from_items([{"i": 1}]).launch_local(start_method="threads")
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_workers_see_the_environment_of_the_launch(tmp_path, monkeypatch, start_method):
+    pipeline = mdr.from_items([{"i": 1}]).map(
+        lambda row: {"region": os.environ.get("REFINER_TEST_REGION")}
+    )
+    monkeypatch.setenv("REFINER_TEST_REGION", "first")
+    out = tmp_path / "first"
+    pipeline.write_parquet(str(out)).launch_local(start_method=start_method)
+    # set after the first launch, when the fork server (if any) was already running
+    monkeypatch.setenv("REFINER_TEST_REGION", "second")
+    again = tmp_path / "second"
+    pipeline.write_parquet(str(again)).launch_local(start_method=start_method)
+    regions = [pq.read_table(data_files(o)[0]).column("region")[0].as_py() for o in (out, again)]
+    assert regions == ["first", "second"]

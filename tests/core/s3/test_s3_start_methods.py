@@ -13,6 +13,8 @@ import pytest
 import refiner_core as mdr
 from tests.s3_fixtures import *  # noqa: F403
 
+pytestmark = pytest.mark.usefixtures("fresh_forkserver")
+
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_s3_index_and_media_packed_to_s3_by_fresh_workers(
