@@ -22,7 +22,7 @@ from .base import (
     make_shards,
 )
 from .files import expand_inputs
-from .parquet_reads import iter_row_range_batches
+from .parquet_reads import FileRows, iter_row_range_batches
 from .row_ranges import RowSpan, ShardHint, split_pieces, wanted_shards
 
 
@@ -115,15 +115,18 @@ class ParquetSource:
         return make_shards(payloads, source="read_parquet")
 
     @staticmethod
-    def _payload(run: list[RowSpan], pieces: list[tuple]) -> tuple[tuple[str, int, int], ...]:
-        """A shard's payload: ``(url, first row, stop row)`` per file, rows counted from
-        the start of the file."""
-        by_file: dict[str, list[int]] = {}
+    @staticmethod
+    def _payload(run: list[RowSpan], pieces: list[tuple]) -> tuple[FileRows, ...]:
+        """A shard's payload: the rows it reads of each file (:class:`FileRows`)."""
+        by_file: dict[str, FileRows] = {}
         for span in run:
-            url, _, first, _, _ = pieces[span.piece]
-            bounds = by_file.setdefault(url, [first + span.start, first + span.stop])
-            bounds[1] = first + span.stop
-        return tuple((url, start, stop) for url, (start, stop) in by_file.items())
+            url, group, first, _, _ = pieces[span.piece]
+            known = by_file.get(url)
+            if known is None:
+                by_file[url] = FileRows(url, first + span.start, first + span.stop, group, first)
+            else:
+                by_file[url] = known._replace(stop=first + span.stop)
+        return tuple(by_file.values())
 
     def schema_hint(self) -> pa.Schema | None:
         if self._schema is None:
@@ -133,12 +136,12 @@ class ParquetSource:
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
     ) -> Iterator[pa.Table]:
-        for url, start, stop in shard.payload:
-            fs, path = resolve(url, self.storage_options)
-            where = f"read_parquet {url}"
+        for rows in shard.payload:
+            fs, path = resolve(rows.url, self.storage_options)
+            where = f"read_parquet {rows.url}"
             try:
                 for batch in iter_row_range_batches(
-                    fs, path, start, stop, self.columns, batch_rows, batch_bytes
+                    fs, path, rows, self.columns, batch_rows, batch_bytes
                 ):
                     yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
             except (pa.ArrowInvalid, OSError) as exc:

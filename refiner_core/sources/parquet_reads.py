@@ -11,7 +11,7 @@ group larger than that is streamed in ``READ_BUFFER_BYTES`` reads.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -154,9 +154,12 @@ def _open_file_batches(
     yield from streamed.iter_batches(batch_size=size, row_groups=list(row_groups), columns=columns)
 
 
-def touched_row_groups(metadata: pq.FileMetaData, start: int, stop: int) -> tuple[list[int], int]:
+def touched_row_groups(
+    metadata: pq.FileMetaData, start: int, stop: int, group: int = 0, group_start: int = 0
+) -> tuple[list[int], int]:
     """The row groups holding rows ``[start, stop)`` of the file, and the file row at
-    which the first of them starts.
+    which the first of them starts; the search begins at row group ``group``, whose
+    first row is ``group_start`` (a plan knows where its range begins).
 
     Example:
         >>> import io, pyarrow as pa, pyarrow.parquet as pq
@@ -164,11 +167,13 @@ def touched_row_groups(metadata: pq.FileMetaData, start: int, stop: int) -> tupl
         >>> pq.write_table(pa.table({"x": range(400)}), buf, row_group_size=100)
         >>> touched_row_groups(pq.ParquetFile(buf).metadata, 150, 250)
         ([1, 2], 100)
+        >>> touched_row_groups(pq.ParquetFile(buf).metadata, 150, 250, 1, 100)
+        ([1, 2], 100)
     """
     groups: list[int] = []
     first = 0
-    at = 0
-    for index in range(metadata.num_row_groups):
+    at = group_start
+    for index in range(group, metadata.num_row_groups):
         rows = metadata.row_group(index).num_rows
         if rows and at < stop and at + rows > start:
             if not groups:
@@ -180,20 +185,31 @@ def touched_row_groups(metadata: pq.FileMetaData, start: int, stop: int) -> tupl
     return groups, first
 
 
+class FileRows(NamedTuple):
+    """Rows ``[start, stop)`` of one Parquet file, counted from its first row; the range
+    begins in row group ``group``, whose first row is ``group_start``."""
+
+    url: str
+    start: int
+    stop: int
+    group: int = 0
+    group_start: int = 0
+
+
 def iter_row_range_batches(
     fs: Any,
     path: str,
-    start: int,
-    stop: int,
+    rows: FileRows,
     columns: list[str] | None,
     batch_rows: int,
     batch_bytes: int | None,
 ) -> Iterator[pa.RecordBatch]:
-    """The record batches of rows ``[start, stop)`` of the Parquet file at ``path``:
-    only the row groups the range touches are read, and reading stops at ``stop``."""
+    """The record batches of ``rows`` of the Parquet file at ``path``: only the row
+    groups the range touches are read, and reading stops at its end."""
+    start, stop = rows.start, rows.stop
     with open_uncached(fs, path) as f:
         parquet = pq.ParquetFile(f)
-        groups, at = touched_row_groups(parquet.metadata, start, stop)
+        groups, at = touched_row_groups(parquet.metadata, start, stop, rows.group, rows.group_start)
         if not groups:
             return
         for batch in _open_file_batches(f, parquet, groups, columns, batch_rows, batch_bytes):
