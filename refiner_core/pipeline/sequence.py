@@ -69,7 +69,9 @@ class PipelineSequence:
         launched again (it is planned for the worker count of its first launch).
         ``start_method`` is how workers start: ``"fork"`` (the default where it is
         safe), ``"forkserver"`` or ``"spawn"``; the last two receive the stages pickled
-        with cloudpickle. Returns :class:`LaunchStats` with the finalization summary.
+        with cloudpickle, and a script using them must guard its entry point with
+        ``if __name__ == "__main__":`` as any multiprocessing program does. Returns
+        :class:`LaunchStats` with the finalization summary.
         """
         from ..execution.launcher import launch
 
