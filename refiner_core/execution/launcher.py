@@ -6,7 +6,6 @@ import collections
 import contextlib
 import gc
 import json
-import multiprocessing
 import multiprocessing.connection as mp_connection
 import os
 import shutil
@@ -21,6 +20,12 @@ from ..errors import StageFailed, StepError
 from ..manifests import AttemptManifest, DatasetSummary, new_run_id
 from ..validation import check_positive
 from .progress import StageProgress
+from .start_methods import (
+    resolve_start_method,
+    stage_for_workers,
+    stage_in_worker,
+    worker_context,
+)
 from .worker import WorkerContext
 
 _PROGRESS_EVERY_S = 0.25
@@ -115,6 +120,7 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
 
     worker = None
     try:
+        stage = stage_in_worker(stage)
         worker = WorkerContext()  # until it exists, SIGTERM simply ends the process
         _stop_on_sigterm()
         while True:
@@ -151,7 +157,7 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
-    def __init__(self, path: str | None, name: str) -> None:
+    def __init__(self, path: str | None, name: str, workers: int = 1) -> None:
         self.temporary = path is None
         self._completed: dict[int, dict[str, AttemptManifest]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
@@ -159,11 +165,24 @@ class _RunDir:
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
             with open(state_file) as f:
-                self.run_id = json.load(f)["run_id"]
+                state = json.load(f)
+            self.run_id = state["run_id"]
+            # plans depend on the worker count: a relaunch plans as the first launch did,
+            # so every shard id names the same rows (run dirs from before had no minimum)
+            self.plan_workers = state.get("plan_workers", 1)
         else:
             self.run_id = new_run_id()
+            self.plan_workers = workers
             with open(state_file, "w") as f:
-                json.dump({"run_id": self.run_id, "name": name, "created_at": time.time()}, f)
+                json.dump(
+                    {
+                        "run_id": self.run_id,
+                        "name": name,
+                        "created_at": time.time(),
+                        "plan_workers": workers,
+                    },
+                    f,
+                )
 
     def _stage_dir(self, index: int) -> str:
         return os.path.join(self.path, f"stage-{index:03d}")
@@ -198,11 +217,6 @@ class _RunDir:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _context():
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
 def _run_sharded(
     stage: Any,
     index: int,
@@ -212,15 +226,17 @@ def _run_sharded(
     rundir: _RunDir,
     progress: StageProgress,
     exiting: list[Any],
+    start_method: str,
 ) -> None:
-    ctx = _context()
+    ctx = worker_context(start_method)
+    sent = stage_for_workers(stage, start_method)
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))
     procs: list[Any] = []
     conns: list[Any] = []
     for w in range(n):
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, args=(stage, run_id, child_end, w), daemon=True)
+        p = ctx.Process(target=_worker_main, args=(sent, run_id, child_end, w), daemon=True)
         p.start()
         child_end.close()  # the worker holds the only other end: its exit reads as EOF
         procs.append(p)
@@ -340,17 +356,25 @@ def _reap(exiting: list[Any]) -> None:
         p.join(timeout=5)
 
 
-def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
+def launch(
+    sequence: Any,
+    *,
+    name: str | None,
+    num_workers: int,
+    rundir: str | None,
+    start_method: str | None = None,
+) -> LaunchStats:
     check_positive("num_workers", num_workers)
+    start_method = resolve_start_method(start_method)
     name = name or "refiner"
-    state = _RunDir(rundir, name)
+    state = _RunDir(rundir, name, num_workers)
     stats = LaunchStats(
         name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
     )
     started = time.monotonic()
     exiting: list[Any] = []  # workers done with their stage, reaped when the launch ends
     try:
-        _run_stages(sequence, stats, state, name, num_workers, exiting)
+        _run_stages(sequence, stats, state, name, num_workers, exiting, start_method)
     finally:
         _reap(exiting)
         state.cleanup()
@@ -365,6 +389,7 @@ def _run_stages(
     name: str,
     num_workers: int,
     exiting: list[Any],
+    start_method: str,
 ) -> None:
     for index, stage in enumerate(sequence.stages):
         stage_started = time.monotonic()
@@ -380,7 +405,7 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
-            shards = stage.plan(run_id=state.run_id)
+            shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
@@ -389,7 +414,15 @@ def _run_stages(
             try:
                 if todo:
                     _run_sharded(
-                        stage, index, todo, num_workers, state.run_id, state, progress, exiting
+                        stage,
+                        index,
+                        todo,
+                        num_workers,
+                        state.run_id,
+                        state,
+                        progress,
+                        exiting,
+                        start_method,
                     )
             finally:
                 progress.close()

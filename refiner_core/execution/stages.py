@@ -28,8 +28,9 @@ class ShardedStage:
     def name(self) -> str:
         return f"run {self.pipeline.source.name}"
 
-    def plan(self, run_id: str) -> list[Any]:
-        return self.pipeline.plan()
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        """The stage's shards, for ``workers`` processes sharing them."""
+        return self.pipeline.plan(workers=workers)
 
     def run_task(self, shards: list[Any], *, run_id: str) -> list[AttemptManifest]:
         """Run ``shards`` one after another in this process on one worker context."""
@@ -95,8 +96,8 @@ class WriteStage(ShardedStage):
     def name(self) -> str:
         return self.sink.describe()
 
-    def plan(self, run_id: str) -> list[Any]:
-        shards = self.pipeline.plan()
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        shards = self.pipeline.plan(workers=workers)
         self.sink.prepare(run_id)
         return shards
 

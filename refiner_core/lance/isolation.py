@@ -47,6 +47,13 @@ def isolating() -> bool:
     )
 
 
+def call_lance_here() -> None:
+    """Call Lance in this process from now on: for a worker that was started fresh
+    (spawn, forkserver) and so forks no workers of its own."""
+    global _HOME_PID
+    _HOME_PID = -1
+
+
 def read_exactly(f: Any, n: int) -> bytes:
     data = f.read(n)
     if len(data) != n:

@@ -8,8 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..datatype import asset_of
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
+from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
 from .steps import Step, make_step
@@ -128,9 +130,12 @@ class Pipeline:
             fields.update(step.fields)
         return fields
 
-    def plan(self) -> list[Any]:
-        """List this pipeline's shards (reads only metadata)."""
-        return self.source.plan()
+    def plan(self, *, workers: int = 1) -> list[Any]:
+        """List this pipeline's shards (reads only metadata), for ``workers`` processes
+        sharing them: rows that point at media (asset columns) are cut into enough
+        shards to keep every worker busy."""
+        media = any(asset_of(f) is not None for f in self.declared_fields().values())
+        return self.source.plan(ShardHint(workers=workers, media=media))
 
     # writers ----------------------------------------------------------------
     def write(self, format: Format, output: str, **options: Any):
@@ -232,11 +237,16 @@ class Pipeline:
         return list(self.iter_rows())
 
     def launch_local(
-        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        num_workers: int = 1,
+        rundir: str | None = None,
+        start_method: str | None = None,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence
 
         return PipelineSequence.of(self).launch_local(
-            name=name, num_workers=num_workers, rundir=rundir
+            name=name, num_workers=num_workers, rundir=rundir, start_method=start_method
         )

@@ -100,13 +100,25 @@ class PipelineSequence:
         return None
 
     def launch_local(
-        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        num_workers: int = 1,
+        rundir: str | None = None,
+        start_method: str | None = None,
     ):
         """Run every stage in order with ``num_workers`` worker processes.
 
         Completed shards recorded in ``rundir`` are not redone when the same run is
-        launched again. Returns :class:`LaunchStats` with the finalization summary.
+        launched again (it is planned for the worker count of its first launch).
+        ``start_method`` is how workers start: ``"fork"`` (the default where it is
+        safe), ``"forkserver"`` or ``"spawn"``; the last two receive the stages pickled
+        with cloudpickle, and a script using them must guard its entry point with
+        ``if __name__ == "__main__":`` as any multiprocessing program does. Returns
+        :class:`LaunchStats` with the finalization summary.
         """
         from ..execution.launcher import launch
 
-        return launch(self, name=name, num_workers=num_workers, rundir=rundir)
+        return launch(
+            self, name=name, num_workers=num_workers, rundir=rundir, start_method=start_method
+        )

@@ -101,8 +101,12 @@ class Source(Protocol):
 
     name: str
 
-    def plan(self) -> list[Shard]:
-        """List the shards; called when a stage starts, not when the pipeline is built."""
+    def plan(self, hint: Any = None) -> list[Shard]:
+        """List the shards; called when a stage starts, not when the pipeline is built.
+
+        ``hint`` (a :class:`~refiner_core.sources.row_ranges.ShardHint`, or ``None``)
+        says how many workers share the shards and whether rows point at media; the
+        same input and hint must always give the same shards."""
 
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None

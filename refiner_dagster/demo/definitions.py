@@ -60,13 +60,15 @@ PACKED_TARGET_BYTES = 4 * 1024
 
 
 # pipeline pieces (module level, so worker processes can import them) -----------------
-def source_pipeline() -> mdr.Pipeline:
+def source_pipeline(num_shards: int | None = None) -> mdr.Pipeline:
     """The episodes table plus any Parquet file dropped into the drop folder."""
     demo = ensure_demo_data()
     drops = sorted(
         str(p) for p in demo.drop.rglob("*.parquet") if not p.name.startswith((".", "_"))
     )
-    return mdr.read_parquet([str(demo.table), *drops], dtypes=source_dtypes())
+    return mdr.read_parquet(
+        [str(demo.table), *drops], dtypes=source_dtypes(), num_shards=num_shards
+    )
 
 
 async def label_episode(row: mdr.Row) -> dict:
@@ -136,8 +138,10 @@ def episodes() -> dg.MaterializeResult:
 )
 def labeled_episodes() -> mdr.Pipeline:
     """Episodes labeled long/short (``map_async``) and scored in batches (``batch_map_async``)."""
+    # one shard: the 24 episodes score in three full batches of eight, whatever the
+    # number of workers (rows with media are otherwise cut into 4 shards per worker)
     return (
-        source_pipeline()
+        source_pipeline(num_shards=1)
         .map_async(label_episode, max_in_flight=8)
         .batch_map_async(score_batch, batch_size=8, max_in_flight=2)
     )
