@@ -29,7 +29,6 @@ import time
 from typing import Any, ClassVar
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
@@ -74,7 +73,9 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         default_factory=dict,
         description="Extra fsspec/s3fs options for base_url, applied over those taken from s3.",
     )
-    s3: S3Resource | None = Field(
+    # Typed as Dagster's resource base class so that importing this module does not
+    # import dagster-aws (seconds of import time); any dagster-aws S3Resource fits.
+    s3: dg.ConfigurableResource | None = Field(
         default=None,
         description=(
             "dagster-aws S3Resource whose credentials, region and endpoint_url are used for "
