@@ -236,7 +236,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "refiner/version": dg.MetadataValue.text(version.name),
             "refiner/format": dg.MetadataValue.text(settings.format),
             "refiner/run_id": dg.MetadataValue.text(stats.run_id),
-            "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
+            "refiner/state": dg.MetadataValue.text("written (its finalization asset publishes it)"),
         }
         if settings.finalize_inline:
             summary = finalize_version(version)

@@ -30,16 +30,22 @@ if [[ "$HAS_CONFIG" == 0 ]]; then
     ARGS+=(--config-json '{"execution": {"config": {"in_process": {}}}}')
 fi
 
+# Whether refiner and dagster are installed for $1 (found, not imported: that takes seconds).
+installed() {
+    "$1" -c 'import importlib.util as u, sys
+sys.exit(not all(u.find_spec(m) for m in ("dagster", "refiner_dagster", "refiner_core")))' 2>/dev/null
+}
+
 if [[ -n "${REFINER_PYTHON:-}" ]]; then
     PYTHON="$REFINER_PYTHON"
 else
     PYTHON="$ROOT/.venv/bin/python"
-    if ! [[ -x "$PYTHON" ]] || ! "$PYTHON" -c "import dagster, refiner_dagster" 2>/dev/null; then
+    if ! [[ -x "$PYTHON" ]] || ! installed "$PYTHON"; then
         echo "==> Setting up .venv (first run only)"
         bash "$ROOT/scripts/setup.sh"
     fi
 fi
-if ! "$PYTHON" -c "import dagster, refiner_dagster" 2>/dev/null; then
+if ! installed "$PYTHON"; then
     echo "refiner is not importable with $PYTHON; run scripts/setup.sh or set REFINER_PYTHON" >&2
     exit 2
 fi
