@@ -98,7 +98,7 @@ def _block_tables(output: StoredOutput, show_all: bool) -> list[Table]:
     if stats:
         table = Table(title="Blocks per column", title_justify="left")
         for name in ("column", "blocks", "bytes", "smallest", "median", "largest"):
-            table.add_column(name, justify="right" if name != "column" else "left")
+            table.add_column(name, justify="right" if name != "column" else "left", no_wrap=True)
         table.add_column("blocks per 10 % of fill", no_wrap=True)
         for s in stats:
             histogram = " ".join(str(n) for n in fill_histogram(s.fills))

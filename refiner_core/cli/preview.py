@@ -104,7 +104,7 @@ def _histogram(output: StoredOutput) -> str:
             )
         base = "block size target" if s.target_known else "largest block"
         parts.append(
-            f"<h3>{html.escape(s.column)}: {s.count} blocks, {human_bytes(s.total)}</h3>"
+            f"<h3>{html.escape(s.column)}: {s.count} block(s), {human_bytes(s.total)}</h3>"
             f'<svg class="histogram" width="304" height="130" role="img" '
             f'aria-label="block fill histogram of {html.escape(s.column)}">{"".join(bars)}</svg>'
             f"<p>Fill = block size / {base} ({human_bytes(s.target)}); bins of 10 %.</p>"
