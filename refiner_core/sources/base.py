@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -10,6 +11,8 @@ import pyarrow as pa
 
 from ..row import Row
 from ..validation import check_positive
+
+logger = logging.getLogger(__name__)
 
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -44,11 +47,20 @@ def make_shards(payloads: list[Any], *, source: str) -> list[Shard]:
     return [Shard(shard_id(i), p) for i, p in enumerate(payloads)]
 
 
-def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> list[list[int]]:
+def group_runs(
+    weights: list[int],
+    *,
+    target: int,
+    num_shards: int | None,
+    pieces: str = "pieces",
+    source: str = "source",
+) -> list[list[int]]:
     """Split pieces (in order, by index) into runs of whole pieces.
 
-    With ``num_shards`` the runs are balanced by weight into at most that many runs;
-    otherwise a run closes before it would pass ``target``.
+    With ``num_shards`` the runs are balanced by weight into at most that many runs
+    (fewer come out, and are logged with the reason, when there are fewer ``pieces``
+    than shards or one piece outweighs a shard's share); otherwise a run closes before
+    it would pass ``target``.
 
     Example:
         >>> group_runs([10] * 4, target=25, num_shards=None)
@@ -68,7 +80,10 @@ def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> li
             middle = seen + weight / 2
             groups.setdefault(min(num_shards - 1, int(middle * num_shards / total)), []).append(i)
             seen += weight
-        return [groups[k] for k in sorted(groups)]
+        runs = [groups[k] for k in sorted(groups)]
+        if len(runs) < num_shards:
+            _log_fewer_shards(source, num_shards, len(runs), weights, pieces)
+        return runs
     runs: list[list[int]] = [[]]
     current = 0
     for i, weight in enumerate(weights):
@@ -78,6 +93,25 @@ def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> li
         runs[-1].append(i)
         current += weight
     return runs
+
+
+def _log_fewer_shards(
+    source: str, asked: int, planned: int, weights: list[int], pieces: str
+) -> None:
+    if len(weights) < asked:
+        why = f"the input has only {len(weights)} {pieces}, and a shard holds whole ones"
+    else:
+        why = (
+            f"the {len(weights)} {pieces} differ in size: the largest holds "
+            f"{max(weights) / sum(weights):.0%} of the input, more than one shard's share"
+        )
+    logger.warning(
+        "%s: num_shards=%d is an upper bound; planned %d shard(s) because %s",
+        source,
+        asked,
+        planned,
+        why,
+    )
 
 
 def check_num_shards(num_shards: int | None) -> None:

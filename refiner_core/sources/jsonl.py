@@ -64,6 +64,8 @@ class JsonlSource:
             [end - start for _, start, end in ranges],
             target=self.target_shard_bytes,
             num_shards=self.num_shards,
+            pieces="byte ranges",
+            source="read_jsonl",
         )
         payloads = [tuple(ranges[i] for i in group) for group in groups]
         return make_shards(payloads, source="read_jsonl")

@@ -122,7 +122,13 @@ class LanceSource:
         fragments = info["fragments"]
         # bytes when Lance knows them, else rows
         weights = [size if size > 0 else rows for _, rows, size in fragments]
-        groups = group_runs(weights, target=self.target_shard_bytes, num_shards=self.num_shards)
+        groups = group_runs(
+            weights,
+            target=self.target_shard_bytes,
+            num_shards=self.num_shards,
+            pieces="fragments",
+            source="read_lance",
+        )
         payloads = [(info["version"], tuple(fragments[i][0] for i in g)) for g in groups]
         return make_shards(payloads, source="read_lance")
 

@@ -87,6 +87,8 @@ class ParquetSource:
             [size for _, _, size in pieces],
             target=self.target_shard_bytes,
             num_shards=self.num_shards,
+            pieces="row groups",
+            source="read_parquet",
         )
         payloads = []
         for group in groups:
