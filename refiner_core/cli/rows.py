@@ -99,6 +99,14 @@ def asset_columns(output: StoredOutput) -> list[AssetColumn]:
 
         with _open(output, files[0]) as f:
             return _schema_columns(pq.ParquetFile(f).schema_arrow)
+    if output.format == "lance":
+        from .. import read_lance
+
+        pipeline = read_lance(output.url, storage_options=output.storage_options or None)
+        pipeline.plan()  # reads the dataset's schema, asset marks included
+        schema = pipeline.source.schema_hint()
+        if schema is not None:
+            return _schema_columns(schema)
     recorded = (output.version or {}).get("asset_columns") or {}
     return [
         AssetColumn(

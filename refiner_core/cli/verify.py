@@ -101,13 +101,44 @@ def _check_blob(ref: Reference, row: TableRow, sizes: _Sizes, report: VerifyRepo
         _check_digest(ref, where, sizes, report)
 
 
+_CRC32C_TABLE: list[int] = []
+
+
+def crc32c(data: bytes) -> str:
+    """CRC-32C (Castagnoli) of ``data`` as 8 lowercase hex digits.
+
+    >>> crc32c(b"123456789")
+    'e3069283'
+    """
+    if not _CRC32C_TABLE:
+        for n in range(256):
+            c = n
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            _CRC32C_TABLE.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return f"{crc ^ 0xFFFFFFFF:08x}"
+
+
+def digest(algorithm: str, data: bytes) -> str | None:
+    """The hex digest of ``data`` (``sha256``, ``crc32c``, any hashlib name), or ``None``
+    for an algorithm this process cannot compute."""
+    if algorithm == "crc32c":
+        return crc32c(data)
+    if algorithm in hashlib.algorithms_available:
+        return hashlib.new(algorithm, data).hexdigest()
+    return None
+
+
 def _check_digest(ref: Reference, where: str, sizes: _Sizes, report: VerifyReport) -> None:
     algorithm, _, expected = str(ref.checksum).partition(":")
-    if algorithm not in hashlib.algorithms_available:
+    data = sizes.read(ref.path, ref.offset or 0, ref.size or 0)
+    actual = digest(algorithm, data)
+    if actual is None:
         report.fail(f"{where}: cannot check checksum {ref.checksum!r}: unknown algorithm")
         return
-    data = sizes.read(ref.path, ref.offset or 0, ref.size or 0)
-    actual = hashlib.new(algorithm, data).hexdigest()
     report.checksums += 1
     if actual != expected.lower():
         report.fail(f"{where}: {algorithm} is {actual}, the reference says {expected}")
