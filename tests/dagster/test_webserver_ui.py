@@ -209,6 +209,28 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_dataset_asset_shows_its_published_state(webserver: str) -> None:
+    wait_for_asset_nodes(webserver)
+    query = (
+        '{ assetOrError(assetKey: {path: ["episode_dataset"]}) { ... on Asset { '
+        "assetMaterializations(limit: 1) { metadataEntries { label "
+        "... on TextMetadataEntry { text } } } "
+        "assetObservations(limit: 1) { metadataEntries { label "
+        "... on TextMetadataEntry { text } } } } } }"
+    )
+    asset = graphql(webserver, query)["assetOrError"]
+
+    def entries(events: list[dict]) -> dict[str, str]:
+        (event,) = events
+        return {e["label"]: e.get("text") for e in event["metadataEntries"]}
+
+    written = entries(asset["assetMaterializations"])
+    observed = entries(asset["assetObservations"])
+    assert written["refiner/state"] == "written (its finalization asset publishes it)"
+    assert observed["refiner/state"] == "published by episode_dataset_finalized"
+    assert observed["refiner/version"] == written["refiner/version"]
+
+
 def test_chromium_renders_finalization_metadata(
     webserver: str,
     demo_home: DemoHome,  # noqa: F811
