@@ -94,7 +94,7 @@ def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_fai
     checksums, when references carry them); exit 1 on any failure."""
     from .verify import verify_output
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     report = verify_output(_open(out, endpoint_url, options), limit=max_failures)
     checked = (
         f"{report.rows:,} rows, {report.blobs:,} blob references, {report.paths:,} file paths, "

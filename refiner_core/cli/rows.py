@@ -168,24 +168,36 @@ def _reference(column: str, value: Any, element: int | None, kind: str) -> Refer
             element=element,
             kind=kind,
         )
-    if isinstance(value, str) and kind != "":
+    if isinstance(value, str):
         return Reference(column=column, path=value, element=element, kind=kind)
     return None
 
 
-def references(row: TableRow, columns: list[AssetColumn]) -> Iterator[Reference]:
-    """The media references of ``row``: asset columns' blobs and paths, and any blob-shaped
-    cell elsewhere. Nulls and inline bytes have none."""
+def asset_prefixes(output: StoredOutput) -> tuple[str, ...]:
+    """URL prefixes of the output's asset folders: a string cell under one of them is a
+    copied file even where no schema marks its column (JSONL)."""
+    subdirs = output.layout.get("asset_subdirs") or ["assets"]
+    return tuple(output.folder.url_of(d).rstrip("/") + "/" for d in subdirs)
+
+
+def references(
+    row: TableRow, columns: list[AssetColumn], prefixes: tuple[str, ...] = ()
+) -> Iterator[Reference]:
+    """The media references of ``row``: asset columns' blobs and paths, and elsewhere any
+    blob-shaped cell or path under ``prefixes``. Nulls and inline bytes have none."""
     marked = {c.name: c for c in columns}
     for name, value in row.values.items():
         column = marked.get(name)
         if column is not None and column.form == "bytes":
             continue
-        kind = column.kind if column is not None else ""
+        kind = column.kind if column is not None else "file"
         cells = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
         for element, cell in cells:
-            if cell is None or (column is None and not _is_blob(cell)):
+            if cell is None:
                 continue
-            ref = _reference(name, cell, element, kind or "file")
+            under_assets = bool(prefixes) and isinstance(cell, str) and cell.startswith(prefixes)
+            if column is None and not (_is_blob(cell) or under_assets):
+                continue
+            ref = _reference(name, cell, element, kind)
             if ref is not None:
                 yield ref

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..io.datafile import resolve
-from .rows import Reference, TableRow, asset_columns, iter_rows, references
+from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
 
 
@@ -154,9 +154,10 @@ def verify_output(output: StoredOutput, *, limit: int = 20) -> VerifyReport:
         return report
     columns = asset_columns(output)
     sizes = _Sizes(output.storage_options)
+    prefixes = asset_prefixes(output)
     for row in iter_rows(output):
         report.rows += 1
-        for ref in references(row, columns):
+        for ref in references(row, columns, prefixes):
             if ref.is_blob:
                 report.blobs += 1
                 _check_blob(ref, row, sizes, report)

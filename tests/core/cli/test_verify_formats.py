@@ -63,3 +63,25 @@ def test_checksums_are_checked_when_references_carry_them(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "row 1 (" in done.stderr and f"column ref: {block} [3, 8)" in done.stderr
     assert f"crc32c is {crc32c(b'defgX')}, the reference says {crc32c(b'defgh')}" in done.stderr
+
+
+def test_copied_files_of_a_jsonl_output_are_checked(tmp_path: Path) -> None:
+    # JSONL keeps no asset marks: paths under the output's asset folders are checked anyway.
+    paths = images(tmp_path / "src", 3)
+    out = tmp_path / "out"
+    pipeline = mdr.from_items(
+        [{"image": p, "note": p} for p in paths], dtypes={"image": mdr.datatype.image_path()}
+    )
+    pipeline.write_jsonl(str(out), assets=mdr.FileAssetConfig()).launch_local()
+    done = refiner("verify", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "0 blob references, 3 file paths" in done.stdout  # "note" points outside: not one
+
+    copied = [r["image"] for r in mdr.read_jsonl(str(out)).iter_rows()]
+    Path(copied[2]).unlink()
+    done = refiner("verify", str(out))
+    assert done.returncode == 1
+    assert (
+        "row 2 (" in done.stderr
+        and f"column image: {copied[2]}: the file does not exist" in done.stderr
+    )
