@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refiner_core as mdr  # noqa: E402
-from refiner_core.sinks.lance.isolation import call_isolated  # noqa: E402
+from refiner_core.lance.isolation import call_isolated  # noqa: E402
 
 ROWS = 1_000_000
 TARGET_S = 2.0

@@ -137,6 +137,19 @@ def build_finalization_asset(
         summary = finalize_version(version)
         metadata = summary_metadata(summary, uri=version.url)
         metadata["refiner/version"] = dg.MetadataValue.text(version.name)
+        # The dataset asset's own materialization said "written"; its page shows this
+        # observation as the version's current state.
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=dataset_key,
+                partition=context.partition_key if context.has_partition_key else None,
+                metadata={
+                    "refiner/state": dg.MetadataValue.text(f"published by {key.to_user_string()}"),
+                    "refiner/version": dg.MetadataValue.text(version.name),
+                    "dagster/uri": dg.MetadataValue.path(version.url),
+                },
+            )
+        )
         return dg.MaterializeResult(metadata=metadata)
 
     return _finalize

@@ -29,7 +29,6 @@ import time
 from typing import Any, ClassVar
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
@@ -68,7 +67,9 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         default_factory=dict,
         description="Extra fsspec/s3fs options for base_url, applied over those taken from s3.",
     )
-    s3: S3Resource | None = Field(
+    # Typed as Dagster's resource base class so that importing this module does not
+    # import dagster-aws (seconds of import time); any dagster-aws S3Resource fits.
+    s3: dg.ConfigurableResource | None = Field(
         default=None,
         description=(
             "dagster-aws S3Resource whose credentials, region and endpoint_url are used for "
@@ -229,7 +230,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "refiner/version": dg.MetadataValue.text(version.name),
             "refiner/format": dg.MetadataValue.text(settings.format),
             "refiner/run_id": dg.MetadataValue.text(stats.run_id),
-            "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
+            "refiner/state": dg.MetadataValue.text("written (its finalization asset publishes it)"),
         }
         if settings.finalize_inline:
             summary = finalize_version(version)

@@ -36,13 +36,14 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import fsspec
-from fsspec.core import url_to_fs
 
 from refiner_core.io import full_url
+
+if TYPE_CHECKING:
+    import fsspec
 
 CURSOR_VERSION = 1
 SOURCE_PATH_TAG = "refiner/source_path"
@@ -151,6 +152,8 @@ def list_source_files(
     Names (or folders) starting with ``_`` or ``.`` are skipped, as are files
     modified less than ``min_age_seconds`` ago (still being written).
     """
+    from fsspec.core import url_to_fs  # on first tick, not when the code location loads
+
     fs, root = url_to_fs(url, **dict(storage_options or {}))
     root = root.rstrip("/")
     # Listings are cached per filesystem instance (s3fs); a sensor must see new objects.

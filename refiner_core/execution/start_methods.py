@@ -25,7 +25,7 @@ from typing import Any
 import cloudpickle
 
 START_METHODS = ("fork", "forkserver", "spawn")
-_ISOLATION_MODULE = "refiner_core.sinks.lance.isolation"
+_ISOLATION_MODULE = "refiner_core.lance.isolation"
 _LAUNCHER_MODULE = "refiner_core.execution.launcher"
 
 
@@ -107,7 +107,7 @@ def stage_in_worker(received: Any) -> Any:
         os.environ.update(received.environ)
     stage = cloudpickle.loads(received.data)
     if "lance" in sys.modules:
-        from ..sinks.lance.isolation import call_lance_here
+        from ..lance.isolation import call_lance_here
 
         call_lance_here()
     return stage

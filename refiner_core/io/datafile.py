@@ -21,13 +21,14 @@ import os
 import posixpath
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+if TYPE_CHECKING:  # fsspec is imported on first use: a tenth of `import refiner_core`
+    import fsspec
 
 _KEPT_ACROSS_FORK: list[Any] = []
 
@@ -40,6 +41,9 @@ def _keep_io_state_across_fork() -> None:
     cleanup would unregister the parent's descriptors from that shared epoll, and the
     parent's next call on the loop would stall until some timer woke it up.
     """
+    if "fsspec" not in sys.modules:
+        return  # nothing of fsspec's exists yet
+    import fsspec
     import fsspec.asyn
 
     kept: list[Any] = [fsspec.asyn.loop[0], fsspec.asyn.iothread[0]]
@@ -58,6 +62,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
     return isinstance(fs, LocalFileSystem)
 
 
@@ -70,7 +76,9 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None):
     """Return ``(fs, path)`` for ``url``; installs the s3 multipart writer for s3fs."""
     if not isinstance(url, str) or not url:
         raise ValueError(f"expected a non-empty path or URL, got {url!r}")
-    fs, path = fsspec.core.url_to_fs(os.fspath(url), **(storage_options or {}))
+    from fsspec.core import url_to_fs
+
+    fs, path = url_to_fs(os.fspath(url), **(storage_options or {}))
     if is_s3(fs):
         from .s3_multipart import install_if_s3
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -10,6 +11,8 @@ import pyarrow as pa
 
 from ..row import Row
 from ..validation import check_positive
+
+logger = logging.getLogger(__name__)
 
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -78,6 +81,20 @@ def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> li
         runs[-1].append(i)
         current += weight
     return runs
+
+
+def log_short_plan(source: str, num_shards: int | None, planned: int, rows: str) -> None:
+    """Say why a plan has fewer shards than ``num_shards`` asked for: a shard holds at
+    least one row (``rows`` names what the input has, e.g. ``"3 rows"``)."""
+    if num_shards is not None and planned < num_shards:
+        logger.warning(
+            "%s: num_shards=%d is an upper bound; planned %d shard(s) because the input "
+            "has only %s",
+            source,
+            num_shards,
+            planned,
+            rows,
+        )
 
 
 def check_num_shards(num_shards: int | None) -> None:

@@ -16,6 +16,7 @@ from .base import (
     Shard,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
 from .files import expand_inputs
@@ -88,6 +89,7 @@ class JsonlSource:
                 for (fs, path), (url, size) in zip(files, sizes, strict=True)
             ]
             payloads = line_range_payloads(line_files, count)
+            log_short_plan("read_jsonl", self.num_shards, len(payloads), f"{len(payloads)} lines")
         return make_shards(payloads, source="read_jsonl")
 
     def schema_hint(self):

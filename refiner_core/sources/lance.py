@@ -18,6 +18,7 @@ from .base import (
     check_columns,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
 from .row_ranges import RowSpan, ShardHint, split_pieces, wanted_shards
@@ -131,9 +132,11 @@ class LanceSource:
         count = wanted_shards(self.num_shards, minimum, len(runs))
         if count is not None and any(rows for _, rows, _ in fragments):
             runs = split_pieces([rows for _, rows, _ in fragments], weights, count)
+        total_rows = sum(rows for _, rows, _ in fragments)
         payloads = [
             (info["version"], tuple(self._span(fragments, span) for span in run)) for run in runs
         ]
+        log_short_plan("read_lance", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_lance")
 
     @staticmethod

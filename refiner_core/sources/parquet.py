@@ -19,6 +19,7 @@ from .base import (
     check_columns,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
 from .files import expand_inputs
@@ -109,12 +110,13 @@ class ParquetSource:
         runs = [[RowSpan(i, 0, pieces[i][3]) for i in group] for group in groups]
         minimum = (hint or ShardHint()).min_shards(self.schema_hint())
         count = wanted_shards(self.num_shards, minimum, len(runs))
-        if count is not None and any(piece[3] for piece in pieces):
+        total_rows = sum(piece[3] for piece in pieces)
+        if count is not None and total_rows:
             runs = split_pieces([p[3] for p in pieces], [p[4] for p in pieces], count)
         payloads = [self._payload(run, pieces) for run in runs]
+        log_short_plan("read_parquet", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_parquet")
 
-    @staticmethod
     @staticmethod
     def _payload(run: list[RowSpan], pieces: list[tuple]) -> tuple[FileRows, ...]:
         """A shard's payload: the rows it reads of each file (:class:`FileRows`)."""

@@ -81,10 +81,7 @@ async def score_batch(rows: list[mdr.Row]) -> list[dict]:
     """A stand-in batch model: one score per row in [0, 1], computed per batch."""
     await asyncio.sleep(0)
     longest = max(row.num_frames for row in rows)
-    return [
-        row.update({"score": round(row.num_frames / longest, 4), "batch_size": len(rows)})
-        for row in rows
-    ]
+    return [row.update(score=round(row.num_frames / longest, 4)) for row in rows]
 
 
 def with_gap(row: mdr.Row) -> mdr.Row:
@@ -211,7 +208,15 @@ demo_refresh = dg.define_asset_job(
     description="Regenerates every demo dataset, its finalization and checks.",
 )
 demo_refresh_schedule = build_refresh_schedule(
-    demo_refresh, "0 4 * * *", "UTC", name="demo_refresh_daily"
+    demo_refresh,
+    "0 4 * * *",
+    "UTC",
+    name="demo_refresh_daily",
+    description=(
+        "Refreshes every demo dataset at 04:00 UTC. Starts stopped: turn it on with the "
+        "toggle on this page (the daemon that `dagster dev` starts then runs it), or with "
+        "`dagster schedule start demo_refresh_daily -w workspace.yaml`."
+    ),
 )
 demo_drop_sensor = build_source_sensor(
     name="demo_drop_sensor",
@@ -222,7 +227,9 @@ demo_drop_sensor = build_source_sensor(
     min_age_seconds=2,
     description=(
         "Reprocesses the demo datasets when an episodes Parquet file (same columns as the "
-        "source table) appears or changes in the drop folder."
+        "source table) appears or changes in the drop folder. Starts stopped: turn it on with "
+        "the toggle on this page (the daemon that `dagster dev` starts then polls the folder), "
+        "or with `dagster sensor start demo_drop_sensor -w workspace.yaml`."
     ),
 )
 episodes_export = build_write_job(

@@ -13,6 +13,7 @@ from ...io.datafile import is_local
 from ...manifests import ASSET_COUNTER_KEYS
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
+from .unmarked import warn_unmarked
 
 DROPPED = object()
 
@@ -96,6 +97,8 @@ class AssetWriterBase:
     # table -------------------------------------------------------------------
     async def process_table(self, table: pa.Table, *, shard_id: str, first_row: int) -> pa.Table:
         columns = asset_columns(table.schema)
+        if not columns:
+            warn_unmarked(table, self.config)
         if not columns or table.num_rows == 0:
             return table
         self._touched = True

@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from fsspec.core import strip_protocol
-
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
@@ -78,6 +76,8 @@ class Filesystems:
             return fs, path
         if is_local(fs):
             return fs, os.path.abspath(url[7:] if url.startswith("file://") else url)
+        from fsspec.core import strip_protocol
+
         return fs, strip_protocol(url)
 
 
