@@ -13,6 +13,7 @@ from ...execution.attempts import ASSET_COUNTER_KEYS
 from ...io.datafile import is_local
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
+from .sources import SourcePolicy
 
 DROPPED = object()
 
@@ -36,7 +37,10 @@ class AssetWriterBase:
         self.attempt = attempt
         self.attempt_dir = f"{config.subdir}/{attempt}"
         self.filesystems = Filesystems(
-            folder.fs.protocol, folder.storage_options, config.source_storage_options
+            folder.fs.protocol,
+            folder.storage_options,
+            config.source_storage_options,
+            SourcePolicy(config.allowed_sources),
         )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...io.datafile import check_relative
 from ...validation import check_positive
+from .sources import check_allowed_sources
 
 MISSING_POLICIES = ("error", "set_null", "drop_row")
 LEGACY_KEYWORDS = (
@@ -51,6 +52,7 @@ def _validate_common(config: Any) -> None:
         raise ValueError(
             f"missing_policy {config.missing_policy!r} is not one of {', '.join(map(repr, MISSING_POLICIES))}"
         )
+    object.__setattr__(config, "allowed_sources", check_allowed_sources(config.allowed_sources))
     options = config.source_storage_options
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(
@@ -68,7 +70,9 @@ class FileAssetConfig:
     ``source_storage_options`` are fsspec options for reading the assets (e.g. media
     on S3 behind another endpoint or credentials); by default an asset on the
     output's filesystem type is read with the output's ``storage_options`` and any
-    other with none.
+    other with none. ``allowed_sources`` (URL prefixes or local folders) limits
+    where assets may be read from; local paths under ``/proc``, ``/sys`` and ``/dev``
+    are refused in any case (see :mod:`refiner_core.sinks.assets.sources`).
 
     Example:
         >>> import refiner_core as mdr
@@ -80,6 +84,7 @@ class FileAssetConfig:
     max_in_flight: int = 16
     missing_policy: str = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -93,7 +98,7 @@ class BlobAssetConfig:
     Each cell becomes ``{path, offset, size}``. A block rolls over when it is
     non-empty and the next asset would take it past ``target_bytes``; an asset larger
     than the target gets a block of its own. ``source_storage_options`` as for
-    :class:`FileAssetConfig`.
+    :class:`FileAssetConfig`, and so are ``allowed_sources``.
 
     Example:
         >>> import refiner_core as mdr
@@ -106,6 +111,7 @@ class BlobAssetConfig:
     missing_policy: str = "error"
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)

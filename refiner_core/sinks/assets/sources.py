@@ -1,0 +1,118 @@
+"""Where asset writers may read media from: ``allowed_sources`` and the refused pseudo-filesystems.
+
+A row names the file its asset is copied from, so a hostile or careless row could
+pull any file the worker can read into the dataset (``/proc/self/environ`` holds the
+worker's API keys). Local paths are resolved (symlinks included) before they are
+judged. By default every source is allowed except local paths under ``/proc``,
+``/sys`` and ``/dev``. With ``allowed_sources``, a source must also lie under one
+of the listed URL prefixes or local folders; a pseudo-filesystem stays refused
+unless a listed folder lies inside it.
+
+Example:
+    >>> policy = SourcePolicy(["s3://media/", "/data"])
+    >>> policy.check("s3://media/a.png")
+    >>> policy.check("s3://other/a.png")
+    Traceback (most recent call last):
+    ...
+    PermissionError: source 's3://other/a.png' is outside allowed_sources ['s3://media/', '/data']; add its prefix or folder to allowed_sources to read it
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+class RefusedSource(PermissionError):
+    """An asset source that the config's ``allowed_sources`` (or the default) refuses."""
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root if root == "/" else root + "/")
+
+
+def _is_url(value: str) -> bool:
+    return "://" in value and not value.startswith("file://")
+
+
+def _local(value: str) -> str:
+    return os.path.realpath(value[7:] if value.startswith("file://") else value)
+
+
+def check_allowed_sources(value: object) -> tuple[str, ...] | None:
+    """``allowed_sources`` as a tuple, or ``ValueError`` saying what a valid one is."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(
+            "allowed_sources must be a list of URL prefixes or local folders "
+            f"(e.g. ['s3://bucket/media/', '/data/media']), got {value!r}"
+        )
+    for entry in value:
+        if not isinstance(entry, str) or not entry:
+            raise ValueError(
+                f"allowed_sources entries must be non-empty strings, got {entry!r} in {value!r}"
+            )
+        if not _is_url(entry) and not os.path.isabs(_strip_file(entry)):
+            raise ValueError(
+                f"allowed_sources entry {entry!r} must be a URL prefix (s3://bucket/prefix) or an "
+                "absolute local folder"
+            )
+    return tuple(value)
+
+
+def _strip_file(value: str) -> str:
+    return value[7:] if value.startswith("file://") else value
+
+
+class SourcePolicy:
+    """Judges asset source URLs and paths; :meth:`check` raises :class:`RefusedSource`."""
+
+    def __init__(self, allowed: Sequence[str] | None = None) -> None:
+        self.allowed = tuple(allowed) if allowed is not None else None
+        self._urls = tuple(a for a in self.allowed or () if _is_url(a))
+        self._folders = tuple(_local(a) for a in self.allowed or () if not _is_url(a))
+
+    def check(self, value: str) -> None:
+        if _is_url(value):
+            self._check_url(value)
+        else:
+            self._check_local(value, _local(value))
+
+    def _check_url(self, url: str) -> None:
+        if self.allowed is None:
+            return
+        scheme, rest = url.split("://", 1)
+        normal = f"{scheme}://{posixpath.normpath(rest)}" if rest else url
+        for prefix in self._urls:
+            if prefix.endswith(("/", "://")):
+                ok = url.startswith(prefix) and normal.startswith(prefix.rstrip("/"))
+            else:
+                ok = _under(url, prefix) and _under(normal, prefix)
+            if ok:
+                return
+        raise RefusedSource(
+            f"source {url!r} is outside allowed_sources {list(self.allowed)}; add its prefix "
+            "or folder to allowed_sources to read it"
+        )
+
+    def _check_local(self, value: str, real: str) -> None:
+        shown = repr(value) if real == value else f"{value!r} (resolved to {real!r})"
+        pseudo = next((p for p in PSEUDO_FILESYSTEMS if _under(real, p)), None)
+        if pseudo is not None and not any(
+            _under(real, f) and _under(f, pseudo) for f in self._folders
+        ):
+            raise RefusedSource(
+                f"source {shown} is under {pseudo}, a pseudo-filesystem whose files are never "
+                f"media; asset writers refuse it. List a folder under {pseudo} in "
+                "allowed_sources if this is intended"
+            )
+        if self.allowed is not None and not any(_under(real, f) for f in self._folders):
+            raise RefusedSource(
+                f"source {shown} is outside allowed_sources {list(self.allowed)}; add its "
+                "folder to allowed_sources to read it"
+            )
