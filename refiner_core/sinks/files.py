@@ -27,6 +27,8 @@ class FileSink:
     # Rows per Arrow block this sink prefers from a pipeline without row steps; None
     # takes the engine's default.
     arrow_block_rows: int | None = None
+    # File name endings the format's reader picks up in a folder.
+    read_suffixes: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -43,6 +45,11 @@ class FileSink:
             if filename_template is None
             else filename_template
         )
+        if filename_template is not None:
+            self.template.check_readable(
+                suffixes=self.read_suffixes or (f".{self.extension}",),
+                asset_subdir=self.assets.subdir if self.assets else None,
+            )
         self.folder = DataFolder(output, storage_options)
 
     @property
