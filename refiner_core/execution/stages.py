@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..sources.arrow_cast import schema_with_fields
 from .attempts import make_manifest, new_attempt_id, write_manifest
 from .blocks import SchemaBuilder
 from .runner import ShardContext, ShardCounters, shard_blocks
@@ -125,7 +126,20 @@ class WriteStage(ShardedStage):
                 await writer.write(table)
                 if progress is not None:
                     progress(table.num_rows, table.nbytes)
+            if rows == 0 and writer.empty_schema is None:
+                writer.empty_schema = _known_output_schema(self.pipeline)
             return await writer.close()
         except BaseException:
             await writer.abort()
             raise
+
+
+def _known_output_schema(pipeline: Any) -> pa.Schema | None:
+    """The columns a pipeline's rows have without seeing one: the source's (with declared
+    dtypes) when every step only filters; ``None`` when a step may change them."""
+    if any(step.kind != "filter" for step in pipeline.steps):
+        return None
+    hint = pipeline.source.schema_hint()
+    if hint is None:
+        return None
+    return schema_with_fields(hint, pipeline.declared_fields())

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
+from ..sources.base import check_shard_ids
 from ..validation import check_positive
 from .steps import Step, make_step
 
@@ -128,8 +129,9 @@ class Pipeline:
         return fields
 
     def plan(self) -> list[Any]:
-        """List this pipeline's shards (reads only metadata)."""
-        return self.source.plan()
+        """List this pipeline's shards (reads only metadata); their ids are checked here,
+        before anything is written."""
+        return check_shard_ids(list(self.source.plan()), source=self.source.name)
 
     # writers ----------------------------------------------------------------
     def write(self, format: str, output: str, **options: Any):

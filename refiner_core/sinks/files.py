@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..datatype import asset_of, with_asset_form
 from ..execution.attempts import LAYOUT_PATH, attempt_key
 from ..execution.blocks import conform
 from ..io.datafile import DataFolder
@@ -101,6 +102,9 @@ class FileAttemptWriter:
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
+        # The columns of an attempt that wrote no rows, when known: its file then holds
+        # 0 rows with this schema, so an empty result still reads back with its columns.
+        self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
 
     @property
@@ -127,6 +131,8 @@ class FileAttemptWriter:
 
     def _write_table(self, table: pa.Table) -> None:
         if table.num_rows == 0:
+            if table.num_columns and self.empty_schema is None:
+                self.empty_schema = table.schema
             return
         if self._schema is None:
             self._schema = self._open(table.schema)
@@ -141,6 +147,16 @@ class FileAttemptWriter:
         self._file = self._stack.enter_context(self.sink.folder.open_atomic(self.relative))
         self._writer = self.sink.open_table_writer(self._file, schema)
         return schema
+
+    def _output_schema(self, schema: pa.Schema) -> pa.Schema:
+        """``schema`` with its asset columns in the form this attempt's asset writer writes."""
+        if self.assets is None:
+            return schema
+        fields = [
+            with_asset_form(f, self.assets.output_form) if asset_of(f) is not None else f
+            for f in schema
+        ]
+        return pa.schema(fields, metadata=schema.metadata)
 
     def _put(self, table: pa.Table) -> None:
         self._writer.write(table)
@@ -157,6 +173,8 @@ class FileAttemptWriter:
             written["asset_dirs"] = asset_result.get("asset_dirs", [])
             written["counters"].update(asset_result.get("counters", {}))
         bytes_written = 0
+        if self._writer is None and self.empty_schema is not None and self.sink.read_suffixes:
+            self._schema = self._open(self._output_schema(self.empty_schema))
         if self._writer is not None:
             self._writer.close()
             bytes_written = self._file.tell()
