@@ -144,6 +144,30 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
         conn.close()
 
 
+def _write_json_atomic(path: str, value: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all: a temporary file, flushed, then renamed."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_state(path: str, key: str, *, what: str, fix: str) -> dict[str, Any]:
+    """A run-dir JSON file that must hold ``key``; a ``ValueError`` naming it and the fix."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        problem = None if isinstance(value, dict) and key in value else f"holds no {key!r}"
+    except ValueError as exc:
+        value, problem = None, f"is not valid JSON ({exc})"
+    if problem is not None:
+        raise ValueError(f"{path} ({what}) {problem}, so this rundir cannot be resumed. {fix}")
+    return value
+
+
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
@@ -154,12 +178,17 @@ class _RunDir:
         os.makedirs(self.path, exist_ok=True)
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
-            with open(state_file) as f:
-                self.run_id = json.load(f)["run_id"]
+            self.run_id = _read_state(
+                state_file,
+                "run_id",
+                what="the run's state",
+                fix=f"Delete the rundir {self.path!r} to start the run over, and launch again",
+            )["run_id"]
         else:
             self.run_id = new_run_id()
-            with open(state_file, "w") as f:
-                json.dump({"run_id": self.run_id, "name": name, "created_at": time.time()}, f)
+            _write_json_atomic(
+                state_file, {"run_id": self.run_id, "name": name, "created_at": time.time()}
+            )
 
     def _stage_dir(self, index: int) -> str:
         return os.path.join(self.path, f"stage-{index:03d}")
@@ -173,19 +202,21 @@ class _RunDir:
             directory = self._stage_dir(index)
             os.makedirs(directory, exist_ok=True)
             for name in os.listdir(directory):
-                if name.endswith(".json"):
-                    with open(os.path.join(directory, name)) as f:
-                        manifest = json.load(f)
+                if name.endswith(".json") and not name.startswith("."):
+                    path = os.path.join(directory, name)
+                    manifest = _read_state(
+                        path,
+                        "shard_id",
+                        what="a completed shard's marker",
+                        fix="Delete the file (that shard is then run again) and launch again",
+                    )
                     done[manifest["shard_id"]] = manifest
         return done
 
     def mark(self, index: int, manifest: dict[str, Any]) -> None:
         done = self.completed(index)
         directory = self._stage_dir(index)
-        tmp = os.path.join(directory, f".{manifest['shard_id']}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest, f)
-        os.replace(tmp, os.path.join(directory, f"{manifest['shard_id']}.json"))
+        _write_json_atomic(os.path.join(directory, f"{manifest['shard_id']}.json"), manifest)
         done[manifest["shard_id"]] = manifest
 
     def cleanup(self) -> None:
