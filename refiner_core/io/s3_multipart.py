@@ -30,6 +30,8 @@ from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from .log_redaction import install_log_redaction
+
 __all__ = ["install", "install_if_s3", "open_output", "part_size_for"]
 
 logger = logging.getLogger(__name__)
@@ -240,6 +242,7 @@ def install() -> None:
     'BatchedS3File'
     """
     with _install_lock:
+        install_log_redaction()
         if s3fs.core.S3File is BatchedS3File:
             return
         # S3FileSystem._open looks the class up in s3fs.core at call time.
