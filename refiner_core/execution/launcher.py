@@ -398,7 +398,11 @@ def _run_stages(
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
         if stage.kind == "finalize":
-            st.summary = stage.run(run_id=state.run_id)
+            try:
+                st.summary = stage.run(run_id=state.run_id)
+            except Exception as exc:
+                exc.add_note(f"raised by {label} (run {state.run_id})")
+                raise
             stats.summary = st.summary
             st.rows = st.summary.get("rows_written", 0)
             st.bytes = st.summary.get("bytes_written", 0)
@@ -406,7 +410,11 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
-            shards = stage.plan(run_id=state.run_id)
+            try:
+                shards = stage.plan(run_id=state.run_id)
+            except Exception as exc:
+                exc.add_note(f"raised while planning {label} (run {state.run_id})")
+                raise
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
