@@ -8,8 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..io.open_uploads import record_failed_aborts
 from ..sources.arrow_cast import schema_with_fields
-from .attempts import make_manifest, new_attempt_id, write_manifest
+from .attempts import attempt_key, make_manifest, new_attempt_id, write_manifest
 from .blocks import SchemaBuilder
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
@@ -109,6 +110,13 @@ class WriteStage(ShardedStage):
     ) -> dict[str, Any]:
         builder = SchemaBuilder(self.pipeline.declared_fields(), self.pipeline.source.schema_hint())
         writer = self.sink.open_attempt(shard.id, attempt_id, run_id)
+        try:
+            return await self._write_rows(shard, worker, counters, progress, builder, writer)
+        finally:
+            record_failed_aborts(self.sink.folder, attempt_key(shard.id, attempt_id))
+
+    async def _write_rows(self, shard, worker, counters, progress, builder, writer) -> dict:
+        """Stream the shard's blocks into ``writer``; abort it on any failure."""
         rows = 0
         try:
             async for block in shard_blocks(

@@ -16,6 +16,7 @@ from ..execution.attempts import (
     read_manifests,
 )
 from ..io.datafile import completed_name
+from ..io.open_uploads import retry_open_uploads
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -74,6 +75,7 @@ class FinalizeStage:
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
 
+        uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
         summary: dict[str, Any] = {
             "output": folder.url,
@@ -89,6 +91,7 @@ class FinalizeStage:
             "asset_mode": type(self.sink.assets).__name__ if self.sink.assets else None,
             "missing_policy": self.sink.assets.missing_policy if self.sink.assets else None,
             "commit": commit_info,
+            **uploads,
             "finalized_at": time.time(),
             "elapsed_s": round(time.time() - started, 3),
         }
