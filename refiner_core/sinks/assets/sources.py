@@ -14,7 +14,7 @@ Example:
     >>> policy.check("s3://other/a.png")
     Traceback (most recent call last):
     ...
-    PermissionError: source 's3://other/a.png' is outside allowed_sources ['s3://media/', '/data']; add its prefix or folder to allowed_sources to read it
+    refiner_core.sinks.assets.sources.RefusedSource: source 's3://other/a.png' is outside allowed_sources ['s3://media/', '/data']; add its prefix or folder to allowed_sources to read it
 """
 
 from __future__ import annotations
