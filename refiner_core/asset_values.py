@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,8 +43,11 @@ def _declared_name(field: pa.Field) -> str:
     return f"list_({name})" if info.is_list else name
 
 
-def _suggestion(name: str, form: str, found: str, kind: str) -> str:
+def _suggestion(name: str, form: str, found: str, kind: str, is_list: bool = False) -> str:
     """The dtype that fits what the column holds."""
+    if is_list:
+        text = _suggestion(name, form, found, kind)
+        return re.sub(r"(mdr\.datatype\.\w+\(\))", r"mdr.datatype.list_(\1)", text, count=1)
     if found in ("bytes", "binary", "large_binary"):
         return f"Declare dtypes={{{name!r}: mdr.datatype.{kind}_bytes()}} if the cells hold the media itself"
     if found in ("str", "string", "large_string") and form == "bytes":
@@ -101,7 +105,7 @@ def check_arrow_column(name: str, column: Any, field: pa.Field, *, where: str) -
     raise TypeError(
         f"{where}: column {name!r} is declared {_declared_name(field)} but row {row} holds "
         f"{column.type} value {value!r}, not {_WANTED[info.form]}. "
-        + _suggestion(name, info.form, found, info.kind)
+        + _suggestion(name, info.form, found, info.kind, info.is_list)
     )
 
 
@@ -143,7 +147,8 @@ def check_python_values(
             raise TypeError(
                 f"column {name!r} is declared {_declared_name(field)} but row {first_row + i} "
                 f"of shard {shard_id} holds {found} value {_short(element)}, not "
-                f"{_WANTED[info.form]}. " + _suggestion(name, info.form, found, info.kind)
+                f"{_WANTED[info.form]}. "
+                + _suggestion(name, info.form, found, info.kind, info.is_list)
             )
 
 
