@@ -126,11 +126,14 @@ def test_the_right_types_still_write(tmp_path):
 
 
 @pytest.fixture
-def planted_environ(monkeypatch):
-    """A secret in this process's environment, so ``/proc/self/environ`` holds it."""
-    secret = "sk-planted-HOSTILE-0123456789abcdef"
-    monkeypatch.setenv("OPENAI_API_KEY", secret)
-    return secret
+def planted_environ():
+    """The longest entry of this process's ``/proc/self/environ`` (which forked workers
+    share): it must never appear in an output."""
+    with open("/proc/self/environ", "rb") as f:
+        entries = [e for e in f.read().split(b"\0") if b"=" in e]
+    longest = max(entries, key=len)
+    assert len(longest) >= 8
+    return longest
 
 
 def _all_bytes(folder: Path) -> bytes:
@@ -178,7 +181,7 @@ def test_pseudo_filesystem_sources_are_refused_under_every_policy(
         assert "a pseudo-filesystem" in message and "allowed_sources" in message, name
         assert "missing" not in message and "does not exist" not in message, name
         if out.exists():
-            assert planted_environ.encode() not in _all_bytes(out), name
+            assert planted_environ not in _all_bytes(out), name
             assert visible(out) == [] or writer == "lance", name
 
 
@@ -251,7 +254,7 @@ def test_blob_references_into_proc_are_refused_too(tmp_path, planted_environ):
             pipeline.write_parquet(
                 str(out), assets=mdr.BlobAssetConfig(missing_policy=policy)
             ).launch_local(rundir=str(tmp_path / f"run-{policy}"))
-    assert planted_environ.encode() not in _all_bytes(out)
+    assert planted_environ not in _all_bytes(out)
 
 
 # filename templates ---------------------------------------------------------------------

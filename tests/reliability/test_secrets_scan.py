@@ -1,0 +1,94 @@
+"""Planted keys never land anywhere a run writes: a byte-level scan of everything it left.
+
+A process is started with fake ``OPENAI_API_KEY``, ``AWS_ACCESS_KEY_ID`` and
+``AWS_SECRET_ACCESS_KEY`` in its environment and runs the leak attempts of
+:mod:`tests.reliability.leak_attempts` (rows pointing at ``/proc/self/environ``, a
+model server echoing the key JSON-escaped, S3 writes with botocore at DEBUG, Dagster
+materializations through the blob IO manager). Every byte of its outputs, manifests,
+summaries, run dirs, logs, standard output and error, error texts, S3 objects and
+Dagster instance (event logs included) is then searched for the keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.reliability.leak_attempts import UNEXPECTED_SUCCESS, escaped
+from tests.s3_fixtures import *  # noqa: F403
+
+OPENAI_KEY = "sk-planted-SCAN-4f1c0a9e7b2d4c6f8a1e3b5d7f9a0c2e"
+AWS_KEY_ID = "AKIAPLANTEDSCAN00042"
+AWS_SECRET = "planted/SCAN+secret0123456789abcdefghijKLMN"
+PLANTED = (OPENAI_KEY, AWS_KEY_ID, AWS_SECRET)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def forms(secret: str) -> list[bytes]:
+    """The ways a leaked key could be spelled in a file: raw, JSON-escaped, JSON-quoted."""
+    return [secret.encode(), escaped(secret).encode(), json.dumps(secret).encode()[1:-1]]
+
+
+def all_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def test_planted_keys_land_nowhere(tmp_path, s3_server, s3_bucket):
+    workdir = tmp_path / "work"
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("AWS_SESSION_TOKEN", None)
+    env.pop("AWS_SECURITY_TOKEN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.reliability.leak_attempts", str(workdir)]
+        + [s3_server.endpoint_url, s3_bucket],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+    client = s3_server.client()
+    stored = {
+        f"s3://{s3_bucket}/{k}": client.get_object(Bucket=s3_bucket, Key=k)["Body"].read()
+        for k in s3_server.keys(s3_bucket)
+    }
+    assert any(k.endswith("/clean/_refiner/summary.json") for k in stored)
+    texts = {
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+        **stored,
+        **all_bytes(workdir),
+        **all_bytes(home),
+    }
+    leaks = [
+        (where, secret)
+        for where, data in texts.items()
+        for secret in PLANTED
+        if any(form in data for form in forms(secret))
+    ]
+    assert leaks == []
+
+    errors = json.loads((workdir / "errors.json").read_text())
+    event_logs = json.loads((workdir / "event_logs.json").read_text())
+    debug_log = (workdir / "logs" / "debug.log").read_text()
+    # The attempts really happened and were refused for the right reason.
+    assert errors.count(UNEXPECTED_SUCCESS) == 0
+    assert sum("pseudo-filesystem" in e for e in errors) == 7
+    assert any("bad request for key ***" in e for e in errors)
+    assert any("pseudo-filesystem" in e for e in event_logs)
+    assert "botocore.endpoint" in debug_log and "Credential=***/" in debug_log
