@@ -92,3 +92,40 @@ def test_planted_keys_land_nowhere(tmp_path, s3_server, s3_bucket):
     assert any("bad request for key ***" in e for e in errors)
     assert any("pseudo-filesystem" in e for e in event_logs)
     assert "botocore.endpoint" in debug_log and "Credential=***/" in debug_log
+
+
+def test_the_scrubber_masks_keys_echoed_json_escaped():
+    from refiner_core.inference.errors import scrub
+
+    key = "sk-live/AbC123"
+    echoes = [
+        json.dumps({"key": key}).replace("s", "\\u0073", 1),  # one character escaped
+        "".join(f"\\u{ord(c):04X}" for c in key),  # every character, upper-case hex
+        json.dumps(key).replace("/", "\\/"),  # the solidus escaped
+    ]
+    for echo in echoes:
+        decoded = echo.replace("\\/", "/").encode().decode("unicode_escape")
+        assert key in decoded  # the echo does carry the key
+        scrubbed = scrub(echo, [key])
+        assert key not in scrubbed.replace("\\/", "/").encode().decode("unicode_escape")
+        assert "***" in scrubbed, echo
+    assert scrub("sk-live/AbC12 is not the key", [key]) == "sk-live/AbC12 is not the key"
+
+
+def test_botocore_request_logs_mask_the_access_key_id_and_session_token(caplog):
+    import logging
+
+    from refiner_core.io.log_redaction import install_log_redaction
+
+    install_log_redaction()
+    request = (
+        "<AWSPreparedRequest headers={'Authorization': b'AWS4-HMAC-SHA256 "
+        f"Credential={AWS_KEY_ID}/20260101/us-east-1/s3/aws4_request, Signature=abc', "
+        "'X-Amz-Security-Token': b'FwoGZXIvYXdzEPLANTEDTOKEN'}>"
+    )
+    with caplog.at_level(logging.DEBUG, logger="botocore"):
+        logging.getLogger("botocore.endpoint").debug("Sending http request: %s", request)
+        logging.getLogger("botocore.auth").debug("CanonicalRequest:\nx-amz-security-token:TOK3N")
+    assert AWS_KEY_ID not in caplog.text and "PLANTEDTOKEN" not in caplog.text
+    assert "TOK3N" not in caplog.text
+    assert "Credential=***/20260101" in caplog.text
