@@ -6,8 +6,8 @@ request, headers included: the ``Authorization`` header names the access key id
 ``botocore.auth`` prints the canonical request, token included. The secret key itself
 is never logged. :func:`install_log_redaction` adds a :class:`logging.Filter` to
 those loggers (public ``logging`` API, nothing of botocore patched) that rewrites
-such records with the values masked. Records logged by other botocore loggers, or
-handlers that format records before filters run, are not covered.
+such records with the values masked, before any handler sees them. Other botocore
+loggers do not print credentials (response headers and bodies, retry decisions).
 
 Example:
     >>> import logging
