@@ -3,11 +3,12 @@
 With DEBUG logging, botocore's ``botocore.endpoint`` logger prints every prepared
 request, headers included: the ``Authorization`` header names the access key id
 (``Credential=AKIA.../...``) and a session token travels in ``X-Amz-Security-Token``;
-``botocore.auth`` prints the canonical request, token included. The secret key itself
+``botocore.auth`` prints the canonical request, token included; ``botocore.parsers``
+prints response bodies, and S3's signature errors echo ``<AWSAccessKeyId>``. The secret key itself
 is never logged. :func:`install_log_redaction` adds a :class:`logging.Filter` to
 those loggers (public ``logging`` API, nothing of botocore patched) that rewrites
 such records with the values masked, before any handler sees them. Other botocore
-loggers do not print credentials (response headers and bodies, retry decisions).
+loggers print no credentials (event hooks, retry decisions, credential sources by name).
 
 Example:
     >>> import logging
@@ -23,10 +24,11 @@ from __future__ import annotations
 import logging
 import re
 
-REDACTED_LOGGERS = ("botocore.endpoint", "botocore.auth")
+REDACTED_LOGGERS = ("botocore.endpoint", "botocore.auth", "botocore.parsers")
 _MASK = "***"
 _PATTERNS = (
     re.compile(r"((?:X-Amz-)?Credential=)[^/\s'\"&,]+", re.IGNORECASE),
+    re.compile(r"(<AWSAccessKeyId>)[^<]+", re.IGNORECASE),
     re.compile(
         r"(x-amz-security-token(?:['\"])?\s*[:=]\s*(?:b?['\"])?)[^'\"\s,&}]+", re.IGNORECASE
     ),

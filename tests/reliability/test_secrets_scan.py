@@ -126,6 +126,8 @@ def test_botocore_request_logs_mask_the_access_key_id_and_session_token(caplog):
     with caplog.at_level(logging.DEBUG, logger="botocore"):
         logging.getLogger("botocore.endpoint").debug("Sending http request: %s", request)
         logging.getLogger("botocore.auth").debug("CanonicalRequest:\nx-amz-security-token:TOK3N")
+        body = f"<Error><AWSAccessKeyId>{AWS_KEY_ID}</AWSAccessKeyId></Error>".encode()
+        logging.getLogger("botocore.parsers").debug("Response body:\n%r", body)
     assert AWS_KEY_ID not in caplog.text and "PLANTEDTOKEN" not in caplog.text
     assert "TOK3N" not in caplog.text
     assert "Credential=***/20260101" in caplog.text
