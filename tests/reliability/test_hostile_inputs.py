@@ -408,3 +408,35 @@ def test_run_json_is_replaced_whole(tmp_path):
         mdr.from_items([{"a": 1}]).write_parquet(str(tmp_path / "out")).launch_local(
             rundir=str(rundir)
         )
+
+
+def test_sources_that_are_not_regular_files_are_refused(tmp_path):
+    from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
+
+    fifo = tmp_path / "stream.png"
+    os.mkfifo(fifo)  # reading it would block forever
+    with pytest.raises(RefusedSource, match="is not a regular file"):
+        SourcePolicy().check(str(fifo))
+    folder = tmp_path / "a-folder.png"
+    folder.mkdir()
+    for mode in sorted(CONFIGS):
+        with pytest.raises(mdr.StageFailed, match="is not a regular file") as failed:
+            mdr.from_items([{"img": str(folder)}], dtypes={"img": dt.image_path()}).write_parquet(
+                str(tmp_path / f"out-{mode}"), assets=CONFIGS[mode](missing_policy="set_null")
+            ).launch_local(rundir=str(tmp_path / f"run-{mode}"))
+        assert "column 'img', row 0" in str(failed.value)
+
+
+def test_symlinks_into_sys_are_refused_by_the_device_they_reach(tmp_path):
+    from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
+
+    target = next(
+        (p for p in ("/sys/kernel/uevent_seqnum", "/sys/power/state") if os.path.isfile(p)), None
+    )
+    if target is None:
+        target = "/proc/self/status"
+    link = tmp_path / "frame.png"
+    link.symlink_to(target)
+    with pytest.raises(RefusedSource, match=r"pseudo-filesystem") as refused:
+        SourcePolicy().check(str(link))
+    assert f"resolved to {os.path.realpath(link)!r}" in str(refused.value)

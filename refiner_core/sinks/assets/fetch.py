@@ -54,8 +54,8 @@ class Filesystems:
     the output's storage options for the output's protocol and none for others.
 
     Every URL is first judged by ``policy`` (:class:`RefusedSource` when refused);
-    local paths come back with their symlinks resolved, so the file opened is the
-    file that was judged."""
+    local paths come back as the policy returned them (resolved when it resolves
+    them), so the file opened is the file that was judged."""
 
     def __init__(
         self,
@@ -71,7 +71,7 @@ class Filesystems:
         self._cache: dict[str, Any] = {}
 
     def resolve(self, url: str):
-        self.policy.check(url)
+        local = self.policy.check(url)
         scheme = url.split("://", 1)[0] if "://" in url else "file"
         fs = self._cache.get(scheme)
         if fs is None:
@@ -81,10 +81,13 @@ class Filesystems:
                 options = dict(self.source_options)
             fs, path = resolve(url, options)
             self._cache[scheme] = fs
-            return fs, os.path.realpath(path) if is_local(fs) else path
+        elif not is_local(fs):
+            return fs, fs._strip_protocol(url)
+        else:
+            path = None
         if is_local(fs):
-            return fs, os.path.realpath(url[7:] if url.startswith("file://") else url)
-        return fs, fs._strip_protocol(url)
+            return fs, local if local is not None else self.policy.check_local(path or url)
+        return fs, path
 
 
 def describe(value: Any) -> str:
