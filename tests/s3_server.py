@@ -341,15 +341,22 @@ class Fault:
     times: int | None = None
     part_number: int | None = None
     delay_s: float = 0.0
+    after: int = 0
     hits: int = 0
+    passed: int = 0
 
     def matches(self, request: RequestRecord, fault: str) -> bool:
-        return (
+        """Whether this fault hits ``request`` (counting the requests it lets through)."""
+        if not (
             self.fault == fault
             and self.kind == request.kind
             and (self.part_number is None or request.part_number == self.part_number)
-            and (self.times is None or self.hits < self.times)
-        )
+        ):
+            return False
+        if self.passed < self.after:
+            self.passed += 1
+            return False
+        return self.times is None or self.hits < self.times
 
 
 class S3Proxy:
@@ -403,16 +410,18 @@ class S3Proxy:
         times: int | None = None,
         part_number: int | None = None,
         delay_s: float = 0.0,
+        after: int = 0,
     ) -> Fault:
         """Add a fault for requests of ``kind`` (e.g. ``"UploadPart"``, ``"PutObject"``):
         ``"fail"`` answers 500 InternalError without reaching upstream, ``"drop"`` reads
         the request and hangs up without answering, ``"delay"`` holds the request
         ``delay_s`` before forwarding it. ``times`` bounds how many requests it hits
-        (``None``: every one, until :meth:`clear_faults`); ``part_number`` narrows
-        UploadPart faults to one part."""
+        (``None``: every one, until :meth:`clear_faults`) once ``after`` matching
+        requests went through untouched; ``part_number`` narrows UploadPart faults to
+        one part."""
         if fault not in ("fail", "drop", "delay"):
             raise ValueError(f"fault must be 'fail', 'drop' or 'delay', got {fault!r}")
-        rule = Fault(kind, fault, times, part_number, delay_s)
+        rule = Fault(kind, fault, times, part_number, delay_s, after)
         with self._lock:
             self._faults.append(rule)
         return rule

@@ -92,6 +92,7 @@ PERSISTENT = {
     "UploadPart": dict(kind="UploadPart", fault="fail"),
     "CompleteMultipartUpload": dict(kind="CompleteMultipartUpload", fault="fail"),
     "PutObject": dict(kind="PutObject", fault="fail"),
+    "PutObject after planning": dict(kind="PutObject", fault="fail", after=1),
     "dropped UploadPart": dict(kind="UploadPart", fault="drop"),
 }
 
