@@ -77,13 +77,14 @@ def write(workdir: Path, rows: list[str], out: str, assets, **options):
 def local_and_s3(workdir: Path, errors: list[str], endpoint: str, bucket: str) -> None:
     paths = media(workdir)
     hostile = [*paths, "/proc/self/environ", str(workdir / "media" / "innocent.png")]
-    for policy in ("error", "set_null", "drop_row"):
-        for mode in (mdr.FileAssetConfig, mdr.BlobAssetConfig):
-            out = str(workdir / "out" / f"hostile-{policy}-{mode.__name__}")
-            config = mode(missing_policy=policy)
-            expect_failure(
-                errors, lambda out=out, config=config: write(workdir, hostile, out, config)
-            )
+    for policy, mode in [
+        ("error", mdr.BlobAssetConfig),
+        ("set_null", mdr.FileAssetConfig),
+        ("drop_row", mdr.BlobAssetConfig),
+    ]:
+        out = str(workdir / "out" / f"hostile-{policy}-{mode.__name__}")
+        config = mode(missing_policy=policy)
+        expect_failure(errors, lambda out=out, config=config: write(workdir, hostile, out, config))
     write(workdir, paths, str(workdir / "out" / "clean-blob"), mdr.BlobAssetConfig())
     write(workdir, paths, str(workdir / "out" / "clean-file"), mdr.FileAssetConfig())
     options = {
