@@ -15,6 +15,7 @@ from ..execution.attempts import LAYOUT_PATH, attempt_key
 from ..execution.blocks import conform
 from ..io.datafile import DataFolder
 from .assets import make_asset_writer, resolve_assets_argument
+from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
@@ -102,8 +103,7 @@ class FileAttemptWriter:
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
-        # The columns of an attempt that wrote no rows, when known: its file then holds
-        # 0 rows with this schema, so an empty result still reads back with its columns.
+        # The columns of an attempt that wrote no rows, when known (see empty_result).
         self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
 
@@ -173,8 +173,9 @@ class FileAttemptWriter:
             written["asset_dirs"] = asset_result.get("asset_dirs", [])
             written["counters"].update(asset_result.get("counters", {}))
         bytes_written = 0
-        if self._writer is None and self.empty_schema is not None and self.sink.read_suffixes:
-            self._schema = self._open(self._output_schema(self.empty_schema))
+        if self._writer is None and self.sink.read_suffixes:
+            schema = self._output_schema(self.empty_schema or pa.schema([]))
+            written["extra"] = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
         if self._writer is not None:
             self._writer.close()
             bytes_written = self._file.tell()

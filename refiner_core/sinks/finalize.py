@@ -17,6 +17,7 @@ from ..execution.attempts import (
 )
 from ..io.datafile import completed_name
 from ..io.open_uploads import retry_open_uploads
+from .empty_result import write_empty_result
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -75,8 +76,10 @@ class FinalizeStage:
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
 
+        empty_files = write_empty_result(self.sink, committed)
         uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
+        totals["files_written"] += len(empty_files)
         summary: dict[str, Any] = {
             "output": folder.url,
             "format": self.sink.format,
@@ -85,7 +88,9 @@ class FinalizeStage:
             **totals,
             "rejected_attempts_removed": len(rejected),
             "files_removed": files_removed,
-            "files": sorted(f for m in committed.values() for f in m.get("files", [])),
+            "files": sorted(
+                [*(f for m in committed.values() for f in m.get("files", [])), *empty_files]
+            ),
             "asset_dirs": sorted(d for m in committed.values() for d in m.get("asset_dirs", [])),
             "asset_subdir": self.sink.assets.subdir if self.sink.assets else None,
             "asset_mode": type(self.sink.assets).__name__ if self.sink.assets else None,

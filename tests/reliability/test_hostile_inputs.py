@@ -382,6 +382,26 @@ def test_an_empty_result_writes_a_zero_row_file_with_the_schema(assets, tmp_path
     assert mdr.read_parquet(str(out)).materialize() == []
 
 
+def test_only_an_entirely_empty_result_gets_an_empty_file(tmp_path):
+    items = mdr.from_items([{"a": i} for i in range(10)], items_per_shard=2)
+    out = tmp_path / "sparse"
+    stats = items.filter(lambda r: r.a == 3).write_parquet(str(out)).launch_local()
+    assert len(stats.summary["files"]) == 1  # the one shard with a row; no empty files
+    assert [r.a for r in mdr.read_parquet(str(out)).materialize()] == [3]
+    out = tmp_path / "none.jsonl"
+    stats = items.filter(lambda r: False).write_jsonl(str(out)).launch_local()
+    [name] = stats.summary["files"]  # named for the first shard's attempt
+    assert name.startswith("00000__") and name.endswith(".jsonl")
+    assert stats.summary["files_written"] == 1
+    assert mdr.read_jsonl(str(out)).materialize() == []
+    # finalizing again (a resume) keeps exactly that one file
+    again = items.filter(lambda r: False).write_jsonl(str(out))
+    rundir = tmp_path / "run"
+    first = again.launch_local(rundir=str(rundir)).summary["files"]
+    assert again.launch_local(rundir=str(rundir)).summary["files"] == first
+    assert sorted(p.name for p in out.glob("*.jsonl")) == first
+
+
 # damaged run folders -----------------------------------------------------------------------
 
 
