@@ -154,6 +154,30 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
         conn.close()
 
 
+def _write_json_atomic(path: str, value: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all: a temporary file, flushed, then renamed."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_state(path: str, key: str, *, what: str, fix: str) -> dict[str, Any]:
+    """A run-dir JSON file that must hold ``key``; a ``ValueError`` naming it and the fix."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        problem = None if isinstance(value, dict) and key in value else f"holds no {key!r}"
+    except ValueError as exc:
+        value, problem = None, f"is not valid JSON ({exc})"
+    if problem is not None:
+        raise ValueError(f"{path} ({what}) {problem}, so this rundir cannot be resumed. {fix}")
+    return value
+
+
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
@@ -164,8 +188,12 @@ class _RunDir:
         os.makedirs(self.path, exist_ok=True)
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
-            with open(state_file) as f:
-                state = json.load(f)
+            state = _read_state(
+                state_file,
+                "run_id",
+                what="the run's state",
+                fix=f"Delete the rundir {self.path!r} to start the run over, and launch again",
+            )
             self.run_id = state["run_id"]
             # plans depend on the worker count: a relaunch plans as the first launch did,
             # so every shard id names the same rows (run dirs from before had no minimum)
@@ -173,16 +201,15 @@ class _RunDir:
         else:
             self.run_id = new_run_id()
             self.plan_workers = workers
-            with open(state_file, "w") as f:
-                json.dump(
-                    {
-                        "run_id": self.run_id,
-                        "name": name,
-                        "created_at": time.time(),
-                        "plan_workers": workers,
-                    },
-                    f,
-                )
+            _write_json_atomic(
+                state_file,
+                {
+                    "run_id": self.run_id,
+                    "name": name,
+                    "created_at": time.time(),
+                    "plan_workers": workers,
+                },
+            )
 
     def _stage_dir(self, index: int) -> str:
         return os.path.join(self.path, f"stage-{index:03d}")
@@ -196,20 +223,22 @@ class _RunDir:
             directory = self._stage_dir(index)
             os.makedirs(directory, exist_ok=True)
             for name in os.listdir(directory):
-                if name.endswith(".json"):
+                if name.endswith(".json") and not name.startswith("."):
                     path = os.path.join(directory, name)
-                    with open(path) as f:
-                        manifest = AttemptManifest.from_json(json.load(f), where=path)
+                    data = _read_state(
+                        path,
+                        "shard_id",
+                        what="a completed shard's marker",
+                        fix="Delete the file (that shard is then run again) and launch again",
+                    )
+                    manifest = AttemptManifest.from_json(data, where=path)
                     done[manifest.shard_id] = manifest
         return done
 
     def mark(self, index: int, manifest: AttemptManifest) -> None:
         done = self.completed(index)
         directory = self._stage_dir(index)
-        tmp = os.path.join(directory, f".{manifest.shard_id}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest.to_json(), f)
-        os.replace(tmp, os.path.join(directory, f"{manifest.shard_id}.json"))
+        _write_json_atomic(os.path.join(directory, f"{manifest.shard_id}.json"), manifest.to_json())
         done[manifest.shard_id] = manifest
 
     def cleanup(self) -> None:
@@ -397,7 +426,11 @@ def _run_stages(
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
         if stage.kind == "finalize":
-            st.summary = stage.run(run_id=state.run_id)
+            try:
+                st.summary = stage.run(run_id=state.run_id)
+            except Exception as exc:
+                exc.add_note(f"raised by {label} (run {state.run_id})")
+                raise
             stats.summary = st.summary
             st.rows = st.summary.get("rows_written", 0)
             st.bytes = st.summary.get("bytes_written", 0)
@@ -405,7 +438,11 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
-            shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)
+            try:
+                shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)
+            except Exception as exc:
+                exc.add_note(f"raised while planning {label} (run {state.run_id})")
+                raise
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)

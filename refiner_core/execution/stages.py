@@ -9,7 +9,15 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import SchemaBuilder
-from ..manifests import AttemptManifest, make_manifest, new_attempt_id, write_manifest
+from ..io.open_uploads import record_failed_aborts
+from ..manifests import (
+    AttemptManifest,
+    attempt_key,
+    make_manifest,
+    new_attempt_id,
+    write_manifest,
+)
+from ..sources.arrow_cast import schema_with_fields
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 
@@ -109,6 +117,13 @@ class WriteStage(ShardedStage):
     ) -> dict[str, Any]:
         builder = SchemaBuilder(self.pipeline.declared_fields(), self.pipeline.source.schema_hint())
         writer = self.sink.open_attempt(shard.id, attempt_id, run_id)
+        try:
+            return await self._write_rows(shard, worker, counters, progress, builder, writer)
+        finally:
+            record_failed_aborts(self.sink.folder, attempt_key(shard.id, attempt_id))
+
+    async def _write_rows(self, shard, worker, counters, progress, builder, writer) -> dict:
+        """Stream the shard's blocks into ``writer``; abort it on any failure."""
         rows = 0
         try:
             async for block in shard_blocks(
@@ -126,7 +141,20 @@ class WriteStage(ShardedStage):
                 await writer.write(table)
                 if progress is not None:
                     progress(table.num_rows, table.nbytes)
+            if rows == 0 and writer.empty_schema is None:
+                writer.empty_schema = _known_output_schema(self.pipeline)
             return await writer.close()
         except BaseException:
             await writer.abort()
             raise
+
+
+def _known_output_schema(pipeline: Any) -> pa.Schema | None:
+    """The columns a pipeline's rows have without seeing one: the source's (with declared
+    dtypes) when every step only filters; ``None`` when a step may change them."""
+    if any(step.kind != "filter" for step in pipeline.steps):
+        return None
+    hint = pipeline.source.schema_hint()
+    if hint is None:
+        return None
+    return schema_with_fields(hint, pipeline.declared_fields())

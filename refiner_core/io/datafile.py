@@ -183,7 +183,8 @@ class DataFolder:
         base = self.join(relative) if relative else self.path
         prefix = self.path.rstrip("/") + "/"
         try:
-            found = self.fs.find(base)
+            with self._context("ListObjectsV2", base):
+                found = self.fs.find(base)
         except FileNotFoundError:
             return []
         return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
@@ -193,7 +194,8 @@ class DataFolder:
         listing; empty if it is absent)."""
         base = self.join(relative) if relative else self.path
         try:
-            entries = self.fs.ls(base, detail=False, refresh=True)
+            with self._context("ListObjectsV2", base):
+                entries = self.fs.ls(base, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         return sorted(
@@ -216,15 +218,27 @@ class DataFolder:
                 self._made_dirs.add(directory)
             shutil.copyfile(path, destination)
         else:
-            fs.copy(path, destination)
+            with self._context(f"CopyObject from {full_url(fs, path)}", destination):
+                fs.copy(path, destination)
 
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError), self._context("DeleteObjects", path):
             self.fs.rm(path, recursive=recursive)
 
     def read_bytes(self, relative: str) -> bytes:
-        return self.fs.cat_file(self.join(relative))
+        path = self.join(relative)
+        with self._context("GetObject", path):
+            return self.fs.cat_file(path)
+
+    def _context(self, operation: str, path: str) -> contextlib.AbstractContextManager:
+        """On S3, errors of the block name ``operation``, the object and the attempts."""
+        fs = self.fs
+        if not is_s3(fs):
+            return contextlib.nullcontext()
+        from .s3_errors import s3_context
+
+        return s3_context(operation, full_url(fs, path), retries=fs.retries)
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_atomic(relative) as f:

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..datatype import asset_of
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
+from ..sources.base import check_shard_ids
 from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
@@ -133,9 +134,11 @@ class Pipeline:
     def plan(self, *, workers: int = 1) -> list[Any]:
         """List this pipeline's shards (reads only metadata), for ``workers`` processes
         sharing them: rows that point at media (asset columns) are cut into enough
-        shards to keep every worker busy."""
+        shards to keep every worker busy. Their ids are checked here, before anything
+        is written."""
         media = any(asset_of(f) is not None for f in self.declared_fields().values())
-        return self.source.plan(ShardHint(workers=workers, media=media))
+        shards = self.source.plan(ShardHint(workers=workers, media=media))
+        return check_shard_ids(list(shards), source=self.source.name)
 
     # writers ----------------------------------------------------------------
     def write(self, format: Format, output: str, **options: Any):

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..io.datafile import completed_name
+from ..io.open_uploads import retry_open_uploads
 from ..manifests import (
     AttemptManifest,
     DatasetSummary,
@@ -15,6 +16,7 @@ from ..manifests import (
     parse_attempt_key,
     read_manifests,
 )
+from .empty_result import write_empty_result
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -71,7 +73,11 @@ class FinalizeStage:
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
 
+        empty_files = write_empty_result(self.sink, committed)
+        uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
+        totals["files_written"] = totals.get("files_written", 0) + len(empty_files)
+        totals["uploads_aborted"] = uploads["uploads_aborted"]
         summary = DatasetSummary(
             output=folder.url,
             format=self.sink.format,
@@ -80,12 +86,13 @@ class FinalizeStage:
             counters=totals,
             rejected_attempts_removed=len(rejected),
             files_removed=files_removed,
-            files=tuple(sorted(f for m in committed.values() for f in m.files)),
+            files=tuple(sorted([*(f for m in committed.values() for f in m.files), *empty_files])),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
             asset_mode=self.sink.assets.form if self.sink.assets else None,
             missing_policy=self.sink.assets.missing_policy if self.sink.assets else None,
             commit=commit_info,
+            open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
             elapsed_s=round(time.time() - started, 3),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -35,6 +36,38 @@ class Shard:
 
 def shard_id(index: int) -> str:
     return f"{index:05d}"
+
+
+_SAFE_SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def check_shard_ids(shards: list[Shard], *, source: str) -> list[Shard]:
+    """``shards`` when every id is a safe, unique file-name fragment; ``ValueError`` otherwise.
+
+    Shard ids name data files, asset folders and manifests, so one holding ``/``,
+    starting with ``.`` or ``_`` (hidden, or ``..``), or holding ``__`` (the separator
+    before the attempt id) would write outside the output or where readers never look.
+
+    >>> check_shard_ids([Shard("cam-a"), Shard("cam-b")], source="demo")[1].id
+    'cam-b'
+    """
+    seen: set[str] = set()
+    for shard in shards:
+        sid = shard.id
+        if not isinstance(sid, str) or not _SAFE_SHARD_ID.match(sid) or "__" in sid:
+            raise ValueError(
+                f"{source} planned a shard with id {sid!r}; shard ids name files inside the "
+                "output, so they must be 1-128 characters of letters, digits, '.', '-' and '_', "
+                "start with a letter or digit and hold no '__' (so '..', 'a/b' and hidden "
+                "names are refused). Give the shard a plain id such as 'cam-a-00001'"
+            )
+        if sid in seen:
+            raise ValueError(
+                f"{source} planned two shards with id {sid!r}; each shard needs its own id, or "
+                "one would overwrite the other's files"
+            )
+        seen.add(sid)
+    return shards
 
 
 def make_shards(payloads: list[Any], *, source: str) -> list[Shard]:

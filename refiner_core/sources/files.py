@@ -27,7 +27,8 @@ def expand_inputs(
         if not isinstance(item, str):
             raise TypeError(f"{what}: inputs must be strings, got {item!r}")
         fs, path = resolve(item, storage_options)
-        if any(ch in path for ch in "*?["):
+        # A path that exists is never a glob: "take[1].parquet" names that one file.
+        if any(ch in path for ch in "*?[") and not fs.exists(path):
             matches = sorted(fs.glob(path))
             if not matches:
                 raise FileNotFoundError(f"{what}: glob {item!r} matched no files")

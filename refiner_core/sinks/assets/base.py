@@ -13,6 +13,7 @@ from ...io.datafile import is_local
 from ...manifests import ASSET_COUNTER_KEYS
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
+from .sources import SourcePolicy
 from .unmarked import warn_unmarked
 
 DROPPED = object()
@@ -37,7 +38,10 @@ class AssetWriterBase:
         self.attempt = attempt
         self.attempt_dir = f"{config.subdir}/{attempt}"
         self.filesystems = Filesystems(
-            folder.fs.protocol, folder.storage_options, config.source_storage_options
+            folder.fs.protocol,
+            folder.storage_options,
+            config.source_storage_options,
+            SourcePolicy(config.allowed_sources),
         )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from ...io.datafile import check_relative
 from ...validation import check_positive
 from ...vocabulary import MISSING_POLICIES, AssetForm, MissingPolicy, check_choice
+from .sources import check_allowed_sources
 
 LEGACY_KEYWORDS = (
     "upload_assets",
@@ -48,6 +49,7 @@ def _validate_common(config: Any) -> None:
             "for refiner's own files and skipped by readers"
         )
     check_choice("missing_policy", config.missing_policy, MISSING_POLICIES)
+    object.__setattr__(config, "allowed_sources", check_allowed_sources(config.allowed_sources))
     options = config.source_storage_options
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(
@@ -65,7 +67,9 @@ class FileAssetConfig:
     ``source_storage_options`` are fsspec options for reading the assets (e.g. media
     on S3 behind another endpoint or credentials); by default an asset on the
     output's filesystem type is read with the output's ``storage_options`` and any
-    other with none.
+    other with none. ``allowed_sources`` (URL prefixes or local folders) limits
+    where assets may be read from; local paths under ``/proc``, ``/sys`` and ``/dev``
+    are refused in any case (see :mod:`refiner_core.sinks.assets.sources`).
 
     ``form`` is ``"files"``, the word summaries and records use for this config.
 
@@ -83,6 +87,7 @@ class FileAssetConfig:
     max_in_flight: int = 16
     missing_policy: MissingPolicy = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -96,7 +101,7 @@ class BlobAssetConfig:
     Each cell becomes ``{path, offset, size}``. A block rolls over when it is
     non-empty and the next asset would take it past ``target_bytes``; an asset larger
     than the target gets a block of its own. ``source_storage_options`` as for
-    :class:`FileAssetConfig`.
+    :class:`FileAssetConfig`, and so are ``allowed_sources``.
 
     ``form`` is ``"blobs"``.
 
@@ -115,6 +120,7 @@ class BlobAssetConfig:
     missing_policy: MissingPolicy = "error"
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
