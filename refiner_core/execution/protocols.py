@@ -29,8 +29,9 @@ class ShardStage(Protocol):
     kind: str
     name: str
 
-    def plan(self, run_id: str) -> list[Any]:
-        """The shards of this run (and anything the stage sets up before they run)."""
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        """The shards of this run (and anything the stage sets up before they run), for
+        ``workers`` processes sharing them."""
 
     def run_task(self, shards: list[Any], *, run_id: str) -> list[AttemptManifest]:
         """Run ``shards`` one after another in this process; one manifest each."""

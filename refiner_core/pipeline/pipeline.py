@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,7 +138,10 @@ class Pipeline:
         shards to keep every worker busy. Their ids are checked here, before anything
         is written."""
         media = any(asset_of(f) is not None for f in self.declared_fields().values())
-        shards = self.source.plan(ShardHint(workers=workers, media=media))
+        hint = ShardHint(workers=workers, media=media)
+        # a source written before plans took a hint has plan(self)
+        takes_hint = bool(inspect.signature(self.source.plan).parameters)
+        shards = self.source.plan(hint) if takes_hint else self.source.plan()
         return check_shard_ids(list(shards), source=self.source.name)
 
     # writers ----------------------------------------------------------------
