@@ -18,8 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
+from ..io.ownership import DEFAULT_STALE_AFTER_S, Lease, OutputOwnership
 from ..validation import check_positive
 from .attempts import new_run_id
+from .fingerprint import RunFingerprint, describe_sequence, describe_stage
+from .lifeline import exit_with_parent
 from .progress import StageProgress
 from .worker import WorkerContext
 
@@ -86,12 +89,26 @@ def _send(conn: Any, message: tuple) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
+def _worker_main(
+    stage: Any,
+    run_id: str,
+    conn: Any,
+    wid: int,
+    lease: Lease | None = None,
+    inherited: tuple[Any, ...] = (),
+    launcher_pid: int | None = None,
+) -> None:
     """Run the shards the launcher sends over ``conn`` until it sends ``None``.
 
     Each worker has its own pipe, so a worker that dies cannot leave a lock held that
-    the others need, and every message is written before the worker goes on.
+    the others need, and every message is written before the worker goes on. The
+    launcher's ends of the pipes (``inherited`` by a forked worker) are closed, so
+    the launcher's death reads as end-of-file, and the worker ends with its launcher.
     """
+    for other in inherited:
+        other.close()
+    if launcher_pid is not None:
+        exit_with_parent(launcher_pid)
     # Everything inherited from the launcher lives as long as this worker: leave it
     # out of garbage collection, which would otherwise walk the whole imported heap
     # (tens of milliseconds with pyarrow and Dagster loaded) on every full collection.
@@ -121,7 +138,9 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
             if shard is None:
                 break
             current = shard.id
-            manifest = stage.run_shard(shard, run_id=run_id, worker=worker, progress=report)
+            manifest = stage.run_shard(
+                shard, run_id=run_id, worker=worker, progress=report, lease=lease
+            )
             _send(conn, ("done", wid, shard.id, manifest, pending[0], pending[1]))
             pending[0] = pending[1] = 0
             current = None
@@ -147,11 +166,14 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
-    def __init__(self, path: str | None, name: str) -> None:
+    def __init__(self, path: str | None, name: str, *, fresh: bool = False) -> None:
         self.temporary = path is None
         self._completed: dict[int, dict[str, dict[str, Any]]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
+        if fresh and os.path.isdir(self.path):
+            shutil.rmtree(self.path)
         os.makedirs(self.path, exist_ok=True)
+        self.fingerprint = RunFingerprint(self.path)
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
             with open(state_file) as f:
@@ -207,15 +229,22 @@ def _run_sharded(
     rundir: _RunDir,
     progress: StageProgress,
     exiting: list[Any],
+    lease: Lease | None = None,
 ) -> None:
     ctx = _context()
+    forked = ctx.get_start_method() == "fork"
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))
     procs: list[Any] = []
     conns: list[Any] = []
     for w in range(n):
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, args=(stage, run_id, child_end, w), daemon=True)
+        inherited = (*conns, parent_end) if forked else ()
+        p = ctx.Process(
+            target=_worker_main,
+            args=(stage, run_id, child_end, w, lease, inherited, os.getpid()),
+            daemon=True,
+        )
         p.start()
         child_end.close()  # the worker holds the only other end: its exit reads as EOF
         procs.append(p)
@@ -335,22 +364,57 @@ def _reap(exiting: list[Any]) -> None:
         p.join(timeout=5)
 
 
-def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
+def launch(
+    sequence: Any,
+    *,
+    name: str | None,
+    num_workers: int,
+    rundir: str | None,
+    fresh: bool = False,
+    owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
+) -> LaunchStats:
     check_positive("num_workers", num_workers)
+    if not (isinstance(owner_stale_after_s, int | float) and owner_stale_after_s > 0):
+        raise ValueError(
+            f"owner_stale_after_s must be a positive number of seconds, got {owner_stale_after_s!r}"
+        )
     name = name or "refiner"
-    state = _RunDir(rundir, name)
+    state = _RunDir(rundir, name, fresh=fresh)
     stats = LaunchStats(
         name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
     )
     started = time.monotonic()
     exiting: list[Any] = []  # workers done with their stage, reaped when the launch ends
+    owners: dict[str, OutputOwnership] = {}
     try:
-        _run_stages(sequence, stats, state, name, num_workers, exiting)
+        state.fingerprint.check_stages(describe_sequence(sequence))
+        for stage in sequence.stages:
+            sink = getattr(stage, "sink", None)
+            if sink is not None and sink.exclusive_owner and sink.url not in owners:
+                ownership = OutputOwnership(
+                    sink.folder, run_id=state.run_id, stale_after_s=owner_stale_after_s
+                )
+                ownership.acquire()
+                owners[sink.url] = ownership
+                ownership.start_heartbeats()
+        _run_stages(sequence, stats, state, name, num_workers, exiting, owners)
     finally:
         _reap(exiting)
+        for ownership in owners.values():
+            ownership.release()
         state.cleanup()
     stats.elapsed_s = round(time.monotonic() - started, 3)
     return stats
+
+
+def _lease(owners: dict[str, OutputOwnership], stage: Any) -> Lease | None:
+    """The launch's lease on the stage's output folder (checked first), if it has one."""
+    sink = getattr(stage, "sink", None)
+    ownership = owners.get(sink.url) if sink is not None else None
+    if ownership is None:
+        return None
+    ownership.check()
+    return ownership.lease()
 
 
 def _run_stages(
@@ -360,14 +424,22 @@ def _run_stages(
     name: str,
     num_workers: int,
     exiting: list[Any],
+    owners: dict[str, OutputOwnership],
 ) -> None:
+    writes: dict[int, int] = {}  # id of a write stage's sink -> the stage's index
     for index, stage in enumerate(sequence.stages):
         stage_started = time.monotonic()
         st = StageStats(index=index, kind=stage.kind, name=stage.name)
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
+        lease = _lease(owners, stage)
         if stage.kind == "finalize":
-            st.summary = stage.run(run_id=state.run_id)
+            write_index = writes.get(id(stage.sink))
+            accepted = None
+            if write_index is not None:  # the attempts this run dir accepted, no others
+                done = state.completed(write_index)
+                accepted = {shard_id: m["attempt_id"] for shard_id, m in done.items()}
+            st.summary = stage.run(run_id=state.run_id, lease=lease, accepted=accepted)
             stats.summary = st.summary
             st.rows = st.summary.get("rows_written", 0)
             st.bytes = st.summary.get("bytes_written", 0)
@@ -375,7 +447,10 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
+            if stage.kind == "write":
+                writes[id(stage.sink)] = index
             shards = stage.plan(run_id=state.run_id)
+            state.fingerprint.check_shards(index, describe_stage(stage), shards)
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
@@ -384,7 +459,15 @@ def _run_stages(
             try:
                 if todo:
                     _run_sharded(
-                        stage, index, todo, num_workers, state.run_id, state, progress, exiting
+                        stage,
+                        index,
+                        todo,
+                        num_workers,
+                        state.run_id,
+                        state,
+                        progress,
+                        exiting,
+                        lease,
                     )
             finally:
                 progress.close()

@@ -231,11 +231,21 @@ class Pipeline:
         return list(self.iter_rows())
 
     def launch_local(
-        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        num_workers: int = 1,
+        rundir: str | None = None,
+        fresh: bool = False,
+        owner_stale_after_s: float = 120.0,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence
 
         return PipelineSequence.of(self).launch_local(
-            name=name, num_workers=num_workers, rundir=rundir
+            name=name,
+            num_workers=num_workers,
+            rundir=rundir,
+            fresh=fresh,
+            owner_stale_after_s=owner_stale_after_s,
         )

@@ -27,6 +27,9 @@ class FileSink:
     # Rows per Arrow block this sink prefers from a pipeline without row steps; None
     # takes the engine's default.
     arrow_block_rows: int | None = None
+    # One run at a time owns the output folder (see refiner_core.io.ownership), as
+    # finalization deletes what other runs left in it.
+    exclusive_owner = True
 
     def __init__(
         self,

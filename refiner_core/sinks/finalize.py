@@ -16,6 +16,7 @@ from ..execution.attempts import (
     read_manifests,
 )
 from ..io.datafile import completed_name
+from ..io.ownership import Lease, OutputOwnership
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -37,6 +38,24 @@ def remove_attempt(folder: Any, manifest: dict[str, Any]) -> int:
     return len(named)
 
 
+def _only_accepted(
+    manifests: list[dict[str, Any]], accepted: dict[str, str] | None, output: str
+) -> list[dict[str, Any]]:
+    """The manifests of the accepted attempts (all of them when nothing is given)."""
+    if accepted is None:
+        return manifests
+    kept = [m for m in manifests if accepted.get(m["shard_id"]) == m["attempt_id"]]
+    found = {m["shard_id"] for m in kept}
+    missing = sorted(set(accepted) - found)
+    if missing:
+        raise FileNotFoundError(
+            f"{output}: the accepted attempt of shard {missing[0]} ({accepted[missing[0]]}) has "
+            f"no manifest under {output}/_refiner/attempts (removed by hand?); "
+            f"{len(missing)} shard(s) are affected. Launch again with fresh=True to rewrite them"
+        )
+    return kept
+
+
 class FinalizeStage:
     """Reducer over persisted manifests; runs once after the write stage, and is idempotent.
 
@@ -55,15 +74,61 @@ class FinalizeStage:
     def name(self) -> str:
         return f"finalize {self.sink.describe()}"
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(
+        self,
+        run_id: str,
+        *,
+        lease: Lease | None = None,
+        accepted: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Finalize ``run_id``'s attempts; returns the summary it wrote.
+
+        ``lease`` is the launcher's ownership of the output folder; without one this
+        takes the folder's ownership for its own duration (another live run owning
+        it is an error). ``accepted`` maps shard ids to the attempt the launcher
+        accepted for them: only those are kept, other attempts of the run (say of
+        workers of a launcher that died) are rejected.
+        """
+        if lease is not None or not self.sink.exclusive_owner:
+            return self._finalize(run_id, lease, accepted)
+        with OutputOwnership(self.sink.folder, run_id=run_id) as ownership:
+            return self._finalize(run_id, ownership.lease(), accepted)
+
+    def _finalize(
+        self, run_id: str, lease: Lease | None, accepted: dict[str, str] | None
+    ) -> dict[str, Any]:
         started = time.time()
         folder = self.sink.folder
         manifests = self.select_manifests(read_manifests(folder), run_id)
-        committed = choose_committed(manifests, run_id)
+        committed = choose_committed(_only_accepted(manifests, accepted, folder.url), run_id)
         keep = {(m["shard_id"], m["attempt_id"]) for m in committed.values()}
+        if lease is not None:
+            lease.check()
         commit_info = self.sink.commit(
             sorted(committed.values(), key=lambda m: m["shard_id"]), run_id
         )
+
+        totals = committed_counters(committed.values())
+        summary: dict[str, Any] = {
+            "output": folder.url,
+            "format": self.sink.format,
+            "run_id": run_id,
+            "shards": len(committed),
+            **totals,
+            "rejected_attempts_removed": 0,
+            "files_removed": 0,
+            "files": sorted(f for m in committed.values() for f in m.get("files", [])),
+            "asset_dirs": sorted(d for m in committed.values() for d in m.get("asset_dirs", [])),
+            "asset_subdir": self.sink.assets.subdir if self.sink.assets else None,
+            "asset_mode": type(self.sink.assets).__name__ if self.sink.assets else None,
+            "missing_policy": self.sink.assets.missing_policy if self.sink.assets else None,
+            "commit": commit_info,
+            "finalized_at": time.time(),
+            "elapsed_s": 0.0,
+        }
+        # Readers follow the summary: it names only kept files before anything that an
+        # earlier summary listed is deleted, so it never lists a file that is gone.
+        folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
 
         rejected: set[tuple[str, str]] = set()
         files_removed = 0
@@ -73,25 +138,11 @@ class FinalizeStage:
                 rejected.add(key)
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
-
-        totals = committed_counters(committed.values())
-        summary: dict[str, Any] = {
-            "output": folder.url,
-            "format": self.sink.format,
-            "run_id": run_id,
-            "shards": len(committed),
-            **totals,
-            "rejected_attempts_removed": len(rejected),
-            "files_removed": files_removed,
-            "files": sorted(f for m in committed.values() for f in m.get("files", [])),
-            "asset_dirs": sorted(d for m in committed.values() for d in m.get("asset_dirs", [])),
-            "asset_subdir": self.sink.assets.subdir if self.sink.assets else None,
-            "asset_mode": type(self.sink.assets).__name__ if self.sink.assets else None,
-            "missing_policy": self.sink.assets.missing_policy if self.sink.assets else None,
-            "commit": commit_info,
-            "finalized_at": time.time(),
-            "elapsed_s": round(time.time() - started, 3),
-        }
+        summary.update(
+            rejected_attempts_removed=len(rejected),
+            files_removed=files_removed,
+            elapsed_s=round(time.time() - started, 3),
+        )
         folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
         return summary
 
