@@ -91,6 +91,7 @@ def test_finalization_is_idempotent(tmp_path):
     out = tmp_path / "out"
     sequence = items(12, per_shard=4).write_parquet(str(out))
     stats = sequence.launch_local()
+
     def outside_owner_records():  # each finalization takes the folder's ownership anew
         return [f for f in all_files(out) if not f.startswith("_refiner/owners/")]
 
