@@ -46,7 +46,7 @@ from typing import Any
 import psutil
 
 from ..errors import RefinerError
-from .datafile import DataFolder, is_local
+from .datafile import DataFolder, is_local, temp_name
 
 OWNERS_DIR = "_refiner/owners"
 DEFAULT_STALE_AFTER_S = 120.0
@@ -168,17 +168,28 @@ def _generations(folder: DataFolder) -> list[int]:
 def _create_exclusive(folder: DataFolder, relative: str, data: bytes) -> bool:
     """Create ``relative`` only if nothing is there yet; ``False`` when something is."""
     path = folder.join(relative)
+    if not is_local(folder.fs):
+        try:
+            folder.fs.pipe_file(path, data, mode="create")  # If-None-Match: *
+        except FileExistsError:
+            return False
+        return True
+    # Written whole under a temporary name, then linked to its name: link() fails if
+    # the name exists, so the record appears complete or not at all.
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, temp_name(name))
     try:
-        if is_local(folder.fs):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "xb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            folder.fs.pipe_file(path, data, mode="create")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
     except FileExistsError:
         return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
     return True
 
 
@@ -266,12 +277,14 @@ class OutputOwnership:
         for _ in range(5):
             now = time.time()
             owner = current_owner(self.folder)
-            if owner is not None and owner.why_not_live(now, self.stale_after_s) is None:
+            # the owner's own lease decides: a shorter timeout here cannot cut it short
+            lease_s = max(self.stale_after_s, owner.stale_after_s) if owner else 0.0
+            if owner is not None and owner.why_not_live(now, lease_s) is None:
                 raise OutputFolderBusy(
                     f"{self.folder.url} is being written by {owner.describe(now)}; one run "
                     "writes an output folder at a time. Wait for that run to finish, write to "
                     "another folder, or, if it is dead, it is taken over once it has had no "
-                    f"heartbeat for {self.stale_after_s:g} s",
+                    f"heartbeat for {lease_s:g} s",
                     folder=self.folder.url,
                     owner=owner,
                 )
