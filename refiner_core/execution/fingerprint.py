@@ -16,7 +16,7 @@ Example:
     >>> a = describe_sequence(mdr.from_items([{"x": 1}]).map(lambda r: {"y": 1}).write_parquet("/o"))
     >>> b = describe_sequence(mdr.from_items([{"x": 1}]).write_parquet("/o"))
     >>> differences(a, b)
-    ['stage 0 (write_parquet /o): steps differ: 1 step(s) recorded, 0 now']
+    ['stage 0 (write_parquet /o): steps: 1 step(s) recorded, 0 now']
 """
 
 from __future__ import annotations
@@ -89,10 +89,30 @@ def _step(step: Any) -> dict[str, Any]:
     return out
 
 
+# Settings that say where or how to connect, not what is read (and may hold secrets).
+_NOT_DESCRIBED = ("storage_options",)
+
+
+def _source(source: Any) -> dict[str, Any]:
+    """The source's settings: short values and paths as they are, anything else (items,
+    dtypes) as a digest."""
+    out: dict[str, Any] = {"name": source.name}
+    for key, value in sorted(vars(source).items()):
+        if key.startswith("_") or key in _NOT_DESCRIBED:
+            continue
+        described = _value(value)
+        text = json.dumps(described, sort_keys=True, default=str)
+        plain = not isinstance(described, dict | list) or all(isinstance(v, str) for v in described)
+        if len(text) > 120 or not plain:  # rows of data are not copied into the run dir
+            described = f"sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        out[key] = described
+    return out
+
+
 def _sink(sink: Any) -> dict[str, Any]:
     template = getattr(sink, "template", None)
     return {
-        "describe": sink.describe(),
+        "url": sink.url,
         "format": getattr(sink, "format", None),
         "filename_template": getattr(template, "template", None),
         "assets": _stable_repr(getattr(sink, "assets", None)),
@@ -106,7 +126,7 @@ def describe_stage(stage: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": stage.kind, "name": stage.name}
     pipeline = getattr(stage, "pipeline", None)
     if pipeline is not None:
-        out["source"] = pipeline.source.name
+        out["source"] = _source(pipeline.source)
         out["steps"] = [_step(s) for s in pipeline.steps]
     sink = getattr(stage, "sink", None)
     if sink is not None:
@@ -131,15 +151,27 @@ def _stage_label(index: int, stage: dict[str, Any]) -> str:
     return f"stage {index} ({stage.get('name')})"
 
 
+def _flat(stage: dict[str, Any]) -> dict[str, Any]:
+    """``{"sink": {"format": ...}}`` as ``{"sink format": ...}`` (steps stay a list)."""
+    out: dict[str, Any] = {}
+    for key, value in stage.items():
+        if isinstance(value, dict):
+            out.update({f"{key} {k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
 def differences(recorded: list[dict[str, Any]], now: list[dict[str, Any]]) -> list[str]:
     """What differs between two stage descriptions, one line per difference."""
     if len(recorded) != len(now):
         return [f"{len(recorded)} stage(s) recorded, {len(now)} now"]
     lines = []
-    for index, (old, new) in enumerate(zip(recorded, now, strict=True)):
+    for index, (old_stage, new_stage) in enumerate(zip(recorded, now, strict=True)):
+        old, new = _flat(old_stage), _flat(new_stage)
         for key in sorted(set(old) | set(new)):
-            if old.get(key) == new.get(key):
-                continue
+            if old.get(key) == new.get(key) or key == "name":
+                continue  # the name repeats what the sink's own fields say
             if key == "steps" and len(old.get(key) or []) != len(new.get(key) or []):
                 detail = (
                     f"{len(old.get(key) or [])} step(s) recorded, {len(new.get(key) or [])} now"
@@ -153,7 +185,9 @@ def differences(recorded: list[dict[str, Any]], now: list[dict[str, Any]]) -> li
                 detail = ", ".join(changed) + " changed"
             else:
                 detail = f"recorded {_short(old.get(key))}, now {_short(new.get(key))}"
-            lines.append(f"{_stage_label(index, new)}: {key} differ: {detail}")
+            lines.append(f"{_stage_label(index, new_stage)}: {key}: {detail}")
+        if not lines and old.get("name") != new.get("name"):
+            lines.append(f"{_stage_label(index, new_stage)}: recorded {_short(old.get('name'))}")
     return lines
 
 
@@ -202,9 +236,7 @@ class RunFingerprint:
             self._save()
         elif recorded != digest:
             raise self._refuse(
-                [
-                    f"{_stage_label(index, stage)}: shards differ: recorded {recorded}, planned {digest}"
-                ]
+                [f"{_stage_label(index, stage)}: shards: recorded {recorded}, planned {digest}"]
             )
 
     def _save(self) -> None:
