@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from ..execution.attempts import (
+    MANIFEST_DIR,
     SUMMARY_PATH,
     choose_committed,
     committed_counters,
@@ -138,6 +139,7 @@ class FinalizeStage:
                 rejected.add(key)
                 files_removed += remove_attempt(folder, m)
         files_removed += self._remove_orphans(keep, rejected, run_id)
+        files_removed += self._remove_manifest_temps()
         summary.update(
             rejected_attempts_removed=len(rejected),
             files_removed=files_removed,
@@ -145,6 +147,17 @@ class FinalizeStage:
         )
         folder.write_bytes(SUMMARY_PATH, json.dumps(summary, indent=1).encode())
         return summary
+
+    def _remove_manifest_temps(self) -> int:
+        """Delete manifests an attempt died while writing (their temporary files)."""
+        folder = self.sink.folder
+        removed = 0
+        for name in folder.listdir(MANIFEST_DIR):
+            completed = completed_name(name)
+            if completed and parse_attempt_key(completed.removesuffix(".json")) is not None:
+                folder.rm(f"{MANIFEST_DIR}/{name}")
+                removed += 1
+        return removed
 
     def select_manifests(self, manifests: list[dict[str, Any]], run_id: str) -> list:
         """The manifests this finalization may keep or delete (all of them for plain files)."""

@@ -12,6 +12,7 @@ references that do not read their source bytes, orphan files, temporary files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -194,10 +195,8 @@ def _first_launch(media: list[str], out: str, rundir: str, mode: str, point, tar
                 f.write(traceback.format_exc())
         finally:
             os._exit(code)
-    try:
-        os.setpgid(pid, pid)
-    except (PermissionError, ProcessLookupError):
-        pass  # the child already did (or is gone)
+    with contextlib.suppress(PermissionError, ProcessLookupError):
+        os.setpgid(pid, pid)  # unless the child already did (or is gone)
     return pid
 
 
