@@ -347,7 +347,9 @@ class OutputOwnership:
         self.stop_heartbeats()
         if self.record is None:
             return
-        with contextlib.suppress(OwnershipLost):
+        # Runs in a launch's ``finally``: a store that fails here must not hide the
+        # launch's own error; the record then ends as a dead or stale owner.
+        with contextlib.suppress(OwnershipLost, OSError):
             self.lease().check()
             self.record = replace(self.record, released_at=time.time())
             with _WRITING:
