@@ -77,10 +77,10 @@ def test_workers_end_with_their_launcher_and_a_resume_writes_each_row_once(tmp_p
             os._exit(0)
     deadline = time.monotonic() + 60
     workers: list[psutil.Process] = []
-    while len(workers) < 2 and time.monotonic() < deadline:
+    while len(_alive(workers)) < 2 and time.monotonic() < deadline:
         workers = _workers_of(pid)
         time.sleep(0.02)
-    assert len(workers) == 2
+    assert len(_alive(workers)) >= 2
     time.sleep(0.3)  # the workers are in the middle of their shards
     os.kill(pid, signum)
     os.waitpid(pid, 0)
