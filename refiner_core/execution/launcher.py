@@ -17,8 +17,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
+from ..io.ownership import DEFAULT_STALE_AFTER_S, Lease, OutputOwnership
 from ..manifests import AttemptManifest, DatasetSummary, new_run_id
 from ..validation import check_positive
+from .fingerprint import RunFingerprint, describe_sequence, describe_stage
+from .lifeline import exit_with_parent
 from .progress import StageProgress
 from .start_methods import (
     resolve_start_method,
@@ -95,12 +98,26 @@ def _send(conn: Any, message: tuple) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
+def _worker_main(
+    stage: Any,
+    run_id: str,
+    conn: Any,
+    wid: int,
+    lease: Lease | None = None,
+    inherited: tuple[Any, ...] = (),
+    launcher_pid: int | None = None,
+) -> None:
     """Run the shards the launcher sends over ``conn`` until it sends ``None``.
 
     Each worker has its own pipe, so a worker that dies cannot leave a lock held that
-    the others need, and every message is written before the worker goes on.
+    the others need, and every message is written before the worker goes on. The
+    launcher's ends of the pipes (``inherited`` by a forked worker) are closed, so
+    the launcher's death reads as end-of-file, and the worker ends with its launcher.
     """
+    for other in inherited:
+        other.close()
+    if launcher_pid is not None:
+        exit_with_parent(launcher_pid)
     # Everything inherited from the launcher lives as long as this worker: leave it
     # out of garbage collection, which would otherwise walk the whole imported heap
     # (tens of milliseconds with pyarrow and Dagster loaded) on every full collection.
@@ -131,7 +148,9 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
             if shard is None:
                 break
             current = shard.id
-            manifest = stage.run_shard(shard, run_id=run_id, worker=worker, progress=report)
+            manifest = stage.run_shard(
+                shard, run_id=run_id, worker=worker, progress=report, lease=lease
+            )
             _send(conn, ("done", wid, shard.id, manifest, pending[0], pending[1]))
             pending[0] = pending[1] = 0
             current = None
@@ -181,11 +200,16 @@ def _read_state(path: str, key: str, *, what: str, fix: str) -> dict[str, Any]:
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
-    def __init__(self, path: str | None, name: str, workers: int = 1) -> None:
+    def __init__(
+        self, path: str | None, name: str, workers: int = 1, *, fresh: bool = False
+    ) -> None:
         self.temporary = path is None
         self._completed: dict[int, dict[str, AttemptManifest]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
+        if fresh and os.path.isdir(self.path):
+            shutil.rmtree(self.path)
         os.makedirs(self.path, exist_ok=True)
+        self.fingerprint = RunFingerprint(self.path)
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
             state = _read_state(
@@ -256,16 +280,23 @@ def _run_sharded(
     progress: StageProgress,
     exiting: list[Any],
     start_method: str,
+    lease: Lease | None = None,
 ) -> None:
     ctx = worker_context(start_method)
     sent = stage_for_workers(stage, start_method)
+    forked = start_method == "fork"
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))
     procs: list[Any] = []
     conns: list[Any] = []
     for w in range(n):
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, args=(sent, run_id, child_end, w), daemon=True)
+        inherited = (*conns, parent_end) if forked else ()
+        p = ctx.Process(
+            target=_worker_main,
+            args=(sent, run_id, child_end, w, lease, inherited, os.getpid()),
+            daemon=True,
+        )
         p.start()
         child_end.close()  # the worker holds the only other end: its exit reads as EOF
         procs.append(p)
@@ -392,23 +423,52 @@ def launch(
     num_workers: int,
     rundir: str | None,
     start_method: str | None = None,
+    fresh: bool = False,
+    owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
 ) -> LaunchStats:
     check_positive("num_workers", num_workers)
+    if not (isinstance(owner_stale_after_s, int | float) and owner_stale_after_s > 0):
+        raise ValueError(
+            f"owner_stale_after_s must be a positive number of seconds, got {owner_stale_after_s!r}"
+        )
     start_method = resolve_start_method(start_method)
     name = name or "refiner"
-    state = _RunDir(rundir, name, num_workers)
+    state = _RunDir(rundir, name, num_workers, fresh=fresh)
     stats = LaunchStats(
         name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
     )
     started = time.monotonic()
     exiting: list[Any] = []  # workers done with their stage, reaped when the launch ends
+    owners: dict[str, OutputOwnership] = {}
     try:
-        _run_stages(sequence, stats, state, name, num_workers, exiting, start_method)
+        state.fingerprint.check_stages(describe_sequence(sequence))
+        for stage in sequence.stages:
+            sink = getattr(stage, "sink", None)
+            if sink is not None and sink.exclusive_owner and sink.url not in owners:
+                ownership = OutputOwnership(
+                    sink.folder, run_id=state.run_id, stale_after_s=owner_stale_after_s
+                )
+                ownership.acquire()
+                owners[sink.url] = ownership
+                ownership.start_heartbeats()
+        _run_stages(sequence, stats, state, name, num_workers, exiting, start_method, owners)
     finally:
         _reap(exiting)
+        for ownership in owners.values():
+            ownership.release()
         state.cleanup()
     stats.elapsed_s = round(time.monotonic() - started, 3)
     return stats
+
+
+def _lease(owners: dict[str, OutputOwnership], stage: Any) -> Lease | None:
+    """The launch's lease on the stage's output folder (checked first), if it has one."""
+    sink = getattr(stage, "sink", None)
+    ownership = owners.get(sink.url) if sink is not None else None
+    if ownership is None:
+        return None
+    ownership.check()
+    return ownership.lease()
 
 
 def _run_stages(
@@ -419,15 +479,23 @@ def _run_stages(
     num_workers: int,
     exiting: list[Any],
     start_method: str,
+    owners: dict[str, OutputOwnership],
 ) -> None:
+    writes: dict[int, int] = {}  # id of a write stage's sink -> the stage's index
     for index, stage in enumerate(sequence.stages):
         stage_started = time.monotonic()
         st = StageStats(index=index, kind=stage.kind, name=stage.name)
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
+        lease = _lease(owners, stage)
         if stage.kind == "finalize":
+            write_index = writes.get(id(stage.sink))
+            accepted = None
+            if write_index is not None:  # the attempts this run dir accepted, no others
+                done = state.completed(write_index)
+                accepted = {shard_id: m.attempt_id for shard_id, m in done.items()}
             try:
-                st.summary = stage.run(run_id=state.run_id)
+                st.summary = stage.run(run_id=state.run_id, lease=lease, accepted=accepted)
             except Exception as exc:
                 exc.add_note(f"raised by {label} (run {state.run_id})")
                 raise
@@ -438,11 +506,14 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
+            if stage.kind == "write":
+                writes[id(stage.sink)] = index
             try:
                 shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)
             except Exception as exc:
                 exc.add_note(f"raised while planning {label} (run {state.run_id})")
                 raise
+            state.fingerprint.check_shards(index, describe_stage(stage), shards)
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
@@ -460,6 +531,7 @@ def _run_stages(
                         progress,
                         exiting,
                         start_method,
+                        lease,
                     )
             finally:
                 progress.close()

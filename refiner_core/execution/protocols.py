@@ -44,8 +44,10 @@ class ShardStage(Protocol):
         worker: Any,
         progress: Callable[[int, int], None] | None = None,
         attempt_id: str | None = None,
+        lease: Any = None,
     ) -> AttemptManifest:
-        """Run one attempt of ``shard`` on a worker context and persist its manifest."""
+        """Run one attempt of ``shard`` on a worker context and persist its manifest
+        (only while ``lease``, the launch's ownership of the output folder, holds)."""
 
 
 @runtime_checkable

@@ -56,7 +56,14 @@ class ShardedStage:
         worker: WorkerContext,
         progress: Progress | None = None,
         attempt_id: str | None = None,
+        lease: Any = None,
     ) -> AttemptManifest:
+        """Run one attempt of ``shard`` and persist its manifest.
+
+        With a ``lease`` (the launcher's ownership of the output folder), the manifest
+        is only written while the lease holds; otherwise the attempt's files are
+        removed and :class:`~refiner_core.io.ownership.OwnershipLost` is raised.
+        """
         attempt_id = attempt_id or new_attempt_id()
         started = time.time()
         counters = ShardCounters()
@@ -71,11 +78,20 @@ class ShardedStage:
             counters=totals,
             steps=[c.to_dict() for c in counters.steps],
         )
+        if lease is not None:
+            try:
+                lease.check()
+            except BaseException:
+                self.discard(manifest)
+                raise
         self.persist(manifest)
         return manifest
 
     def persist(self, manifest: AttemptManifest) -> None:
         """Plain runs keep manifests in memory only."""
+
+    def discard(self, manifest: AttemptManifest) -> None:
+        """Remove what an attempt wrote (plain runs write nothing)."""
 
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress
@@ -111,6 +127,10 @@ class WriteStage(ShardedStage):
 
     def persist(self, manifest: AttemptManifest) -> None:
         write_manifest(self.sink.folder, manifest)
+
+    def discard(self, manifest: AttemptManifest) -> None:
+        for relative in [*manifest.files, *manifest.asset_dirs]:
+            self.sink.folder.rm(relative, recursive=True)
 
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress

@@ -250,10 +250,17 @@ class Pipeline:
         num_workers: int = 1,
         rundir: str | None = None,
         start_method: str | None = None,
+        fresh: bool = False,
+        owner_stale_after_s: float = 120.0,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence
 
         return PipelineSequence.of(self).launch_local(
-            name=name, num_workers=num_workers, rundir=rundir, start_method=start_method
+            name=name,
+            num_workers=num_workers,
+            rundir=rundir,
+            start_method=start_method,
+            fresh=fresh,
+            owner_stale_after_s=owner_stale_after_s,
         )

@@ -36,6 +36,9 @@ class FolderSink:
     arrow_block_rows: int | None = None
     # File name endings the format's reader picks up in a folder.
     read_suffixes: tuple[str, ...] = ()
+    # One run at a time owns the output folder (see refiner_core.io.ownership), as
+    # finalization deletes what other runs left in it.
+    exclusive_owner = True
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ class JsonlSource:
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
+        uncommitted: bool = False,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -58,6 +59,7 @@ class JsonlSource:
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
+        self.uncommitted = bool(uncommitted)
 
     def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         files = expand_inputs(
@@ -65,6 +67,7 @@ class JsonlSource:
             suffixes=(".jsonl", ".json", ".ndjson"),
             storage_options=self.storage_options,
             what="read_jsonl",
+            uncommitted=self.uncommitted,
         )
         sizes = [(full_url(fs, path), int(fs.size(path))) for fs, path in files]
         piece = self.target_shard_bytes

@@ -54,6 +54,7 @@ class ParquetSource:
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
+        uncommitted: bool = False,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -64,6 +65,7 @@ class ParquetSource:
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
+        self.uncommitted = bool(uncommitted)
         self._schema: pa.Schema | None = None
 
     def _metadata(self, fs, path: str) -> pq.FileMetaData:
@@ -82,6 +84,7 @@ class ParquetSource:
             suffixes=(".parquet", ".pq"),
             storage_options=self.storage_options,
             what="read_parquet",
+            uncommitted=self.uncommitted,
         )
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
             metas = list(pool.map(lambda fp: self._metadata(*fp), files))
