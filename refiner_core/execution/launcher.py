@@ -112,12 +112,14 @@ def _worker_main(
     Each worker has its own pipe, so a worker that dies cannot leave a lock held that
     the others need, and every message is written before the worker goes on. The
     launcher's ends of the pipes (``inherited`` by a forked worker) are closed, so
-    the launcher's death reads as end-of-file, and the worker ends with its launcher.
+    the launcher's death reads as end-of-file, and the worker ends with its launcher
+    (``launcher_pid``; 0 for the process that forked this worker).
     """
     for other in inherited:
         other.close()
     if launcher_pid is not None:
-        exit_with_parent(launcher_pid)
+        # a fork-server worker's parent is the fork server, which exits with the launcher
+        exit_with_parent(launcher_pid or os.getppid())
     # Everything inherited from the launcher lives as long as this worker: leave it
     # out of garbage collection, which would otherwise walk the whole imported heap
     # (tens of milliseconds with pyarrow and Dagster loaded) on every full collection.
@@ -285,6 +287,7 @@ def _run_sharded(
     ctx = worker_context(start_method)
     sent = stage_for_workers(stage, start_method)
     forked = start_method == "fork"
+    parent_pid = 0 if start_method == "forkserver" else os.getpid()
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))
     procs: list[Any] = []
@@ -294,7 +297,7 @@ def _run_sharded(
         inherited = (*conns, parent_end) if forked else ()
         p = ctx.Process(
             target=_worker_main,
-            args=(sent, run_id, child_end, w, lease, inherited, os.getpid()),
+            args=(sent, run_id, child_end, w, lease, inherited, parent_pid),
             daemon=True,
         )
         p.start()

@@ -57,8 +57,17 @@ class ReduceStage(Protocol):
     kind: str
     name: str
 
-    def run(self, run_id: str) -> DatasetSummary:
-        """Reduce the run's attempts (keep one per shard, commit, clean up) and summarize."""
+    def run(
+        self,
+        run_id: str,
+        *,
+        lease: Any = None,
+        accepted: dict[str, str] | None = None,
+    ) -> DatasetSummary:
+        """Reduce the run's attempts (keep one per shard, commit, clean up) and summarize.
+
+        ``lease`` is the launch's ownership of the output folder (without one the stage
+        takes it for its own duration); ``accepted`` names the attempt to keep per shard."""
 
 
 Stage = ShardStage | ReduceStage

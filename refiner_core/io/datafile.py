@@ -227,7 +227,11 @@ class DataFolder:
             self.fs.rm(path, recursive=recursive)
 
     def read_bytes(self, relative: str) -> bytes:
+        """The whole file; never answered from a directory listing cached before another
+        process wrote it (s3fs sizes an object from its cached listing first)."""
         path = self.join(relative)
+        if not is_local(self.fs):
+            self.fs.invalidate_cache(path)
         with self._context("GetObject", path):
             return self.fs.cat_file(path)
 
