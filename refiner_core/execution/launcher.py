@@ -451,7 +451,14 @@ def launch(
                 ownership = OutputOwnership(
                     sink.folder, run_id=state.run_id, stale_after_s=owner_stale_after_s
                 )
-                ownership.acquire()
+                try:
+                    ownership.acquire()
+                except Exception as exc:
+                    exc.add_note(
+                        f"raised while taking the output folder {sink.url} for {name} "
+                        f"(run {state.run_id})"
+                    )
+                    raise
                 owners[sink.url] = ownership
                 ownership.start_heartbeats()
         _run_stages(sequence, stats, state, name, num_workers, exiting, start_method, owners)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from typing import Any
-
-from .s3_multipart import take_failed_aborts
 
 OPEN_UPLOADS_DIR = "_refiner/open_uploads"
 
@@ -29,7 +28,9 @@ logger = logging.getLogger(__name__)
 
 def record_failed_aborts(folder: Any, attempt: str) -> list[dict[str, str]]:
     """Persist the uploads whose abort failed in this process under ``attempt``'s name."""
-    uploads = take_failed_aborts()
+    # only the S3 multipart writer records failed aborts; a process that never loaded it has none
+    multipart = sys.modules.get(f"{__package__}.s3_multipart")
+    uploads = multipart.take_failed_aborts() if multipart is not None else []
     if not uploads:
         return []
     relative = f"{OPEN_UPLOADS_DIR}/{attempt}.json"

@@ -64,6 +64,10 @@ if hasattr(os, "register_at_fork"):
     )
 
 
+_LIVE_LAUNCHES: set[str] = set()
+"""Launch ids that hold an output folder in this process."""
+
+
 class OutputFolderBusy(RefinerError):
     """Another live run owns the output folder; nothing was written."""
 
@@ -125,6 +129,15 @@ class OwnerRecord:
     def from_bytes(cls, data: bytes) -> OwnerRecord:
         return cls(**json.loads(data))
 
+    def ended_in_this_process(self) -> bool:
+        """Whether this process made the record in a launch that is over (one whose
+        release could not be written, say because the store failed)."""
+        return (
+            self.pid == os.getpid()
+            and self.machine == machine_id()
+            and self.launch_id not in _LIVE_LAUNCHES
+        )
+
     def process_gone(self) -> bool:
         """Whether the owning process ran on this machine and has exited since."""
         if self.machine != machine_id():
@@ -135,9 +148,11 @@ class OwnerRecord:
         )
 
     def why_not_live(self, now: float, stale_after_s: float) -> str | None:
-        """``None`` while the owner is live, else why not (released, exited, stale)."""
+        """``None`` while the owner is live, else why not (released, exited, ended, stale)."""
         if self.released_at is not None:
             return "released"
+        if self.ended_in_this_process():
+            return f"its launch {self.launch_id} in this process has ended"
         if self.process_gone():
             return f"its process {self.pid} on {self.host} has exited"
         age = now - self.heartbeat_at
@@ -170,7 +185,8 @@ def _create_exclusive(folder: DataFolder, relative: str, data: bytes) -> bool:
     path = folder.join(relative)
     if not is_local(folder.fs):
         try:
-            folder.fs.pipe_file(path, data, mode="create")  # If-None-Match: *
+            with folder._context("PutObject", path):
+                folder.fs.pipe_file(path, data, mode="create")  # If-None-Match: *
         except FileExistsError:
             return False
         return True
@@ -291,6 +307,7 @@ class OutputOwnership:
             generation = (owner.generation if owner else 0) + 1
             record = self._new_record(generation, now)
             if _create_exclusive(self.folder, self._relative(generation), record.to_bytes()):
+                _LIVE_LAUNCHES.add(self.launch_id)
                 self.record = record
                 self._forget_older(generation)
                 return record
@@ -345,6 +362,7 @@ class OutputOwnership:
     def release(self) -> None:
         """Stop heartbeating and mark the record released (a no-op once lost)."""
         self.stop_heartbeats()
+        _LIVE_LAUNCHES.discard(self.launch_id)
         if self.record is None:
             return
         # Runs in a launch's ``finally``: a store that fails here must not hide the

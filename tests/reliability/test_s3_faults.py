@@ -92,7 +92,8 @@ PERSISTENT = {
     "UploadPart": dict(kind="UploadPart", fault="fail"),
     "CompleteMultipartUpload": dict(kind="CompleteMultipartUpload", fault="fail"),
     "PutObject": dict(kind="PutObject", fault="fail"),
-    "PutObject after planning": dict(kind="PutObject", fault="fail", after=1),
+    # the owner record and the layout record come first
+    "PutObject after planning": dict(kind="PutObject", fault="fail", after=2),
     "dropped UploadPart": dict(kind="UploadPart", fault="drop"),
 }
 
@@ -109,9 +110,9 @@ def test_persistent_faults_fail_naming_the_operation_then_resume_exactly(
         _write(media, out, _options(s3_proxy), rundir)
     message = str(failed.value).split("\n\n", 1)[0]
     operation = PERSISTENT[name]["kind"]
-    if name == "PutObject":  # the first PutObject is the layout record, while planning
+    if name == "PutObject":  # the first PutObject is the owner record, before any stage
         assert failed.value.__notes__ == [
-            f"raised while planning refiner stage 0: write_parquet {out} "
+            f"raised while taking the output folder {out} for refiner "
             f"(run {stats_run_id(rundir)})"
         ]
     else:
