@@ -34,6 +34,9 @@ MEANINGS: dict[str, str] = {
     "bytes_deduplicated": "bytes not stored again thanks to dedupe",
     "rejected_attempts_removed": "attempts of other or failed tries whose files finalization deleted",
     "files_removed": "files and folders finalization deleted with those attempts",
+    "uploads_aborted": (
+        "multipart uploads whose abort had failed and that finalization aborted again"
+    ),
 }
 
 

@@ -112,8 +112,7 @@ def test_persistent_faults_fail_naming_the_operation_then_resume_exactly(
     operation = PERSISTENT[name]["kind"]
     if name == "PutObject":  # the first PutObject is the owner record, before any stage
         assert failed.value.__notes__ == [
-            f"raised while taking the output folder {out} for refiner "
-            f"(run {stats_run_id(rundir)})"
+            f"raised while taking the output folder {out} for refiner (run {stats_run_id(rundir)})"
         ]
     else:
         assert message.startswith(f"stage 0 (write_parquet {out}) failed on shard ")
