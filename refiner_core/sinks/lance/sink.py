@@ -191,7 +191,10 @@ class LanceSink(FolderSink):
         found = []
         for relative in self.folder.find(f"{STATE_DIR}/journal"):
             if relative.endswith(".json"):
-                entry = json.loads(self.folder.read_bytes(relative))
+                try:
+                    entry = json.loads(self.folder.read_bytes(relative))
+                except FileNotFoundError:  # removed meanwhile by another run's finalization
+                    continue
                 if entry.get("run_id") == run_id:
                     found.append((relative, entry))
         return found
