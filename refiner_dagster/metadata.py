@@ -41,6 +41,7 @@ _BYTE_KEYS = {
     "block_bytes",
     "bytes_coalesced",
     "bytes_range_copied",
+    "bytes_deduplicated",
 }
 
 

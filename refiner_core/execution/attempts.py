@@ -25,6 +25,8 @@ ASSET_COUNTER_KEYS = (
     "bytes_coalesced",
     "ranges_copied",
     "bytes_range_copied",
+    "assets_deduplicated",
+    "bytes_deduplicated",
     "missing_assets",
     "cells_nulled",
     "rows_dropped",

@@ -115,7 +115,7 @@ class AssetWriterBase:
                     and any(v is DROPPED for v in value)
                 ):
                     dropped[i] = True
-            replaced[column.index] = (with_asset_form(column.field, self.output_form), new_values)
+            replaced[column.index] = (self.output_field(column), new_values)
         self._forget_dropped(written, dropped)
         arrays = []
         fields = []
@@ -135,6 +135,10 @@ class AssetWriterBase:
                 fields.append(field)
         self.counters["rows_dropped"] += table.num_rows - len(keep)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def output_field(self, column: AssetColumn) -> pa.Field:
+        """The field of ``column`` once its values are written."""
+        return with_asset_form(column.field, self.output_form)
 
     def _forget_dropped(
         self, written: dict[int, list[tuple[str, int]]], dropped: list[bool]

@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...io.checksum import check_algorithm
 from ...io.datafile import check_relative
 from ...validation import check_positive
 
 MISSING_POLICIES = ("error", "set_null", "drop_row")
+DEDUPE_MODES = ("source", "content")
 LEGACY_KEYWORDS = (
     "upload_assets",
     "assets_subdir",
@@ -57,6 +59,8 @@ def _validate_common(config: Any) -> None:
             "source_storage_options must be a dict of fsspec options for the filesystem the "
             f"assets are read from (e.g. {{'endpoint_url': ...}}), got {type(options).__name__}"
         )
+    if config.checksum is not None:
+        check_algorithm(config.checksum)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,10 @@ class FileAssetConfig:
     output's filesystem type is read with the output's ``storage_options`` and any
     other with none.
 
+    ``checksum="sha256"|"crc32c"`` records each copy's checksum (``"<algorithm>:<hex>"``)
+    in a sibling string column ``<column>_checksum``, computed on the bytes as they are
+    written (such copies stream through the worker instead of being copied server-side).
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.FileAssetConfig(subdir="media", max_in_flight=32, missing_policy="error").subdir
@@ -80,6 +88,7 @@ class FileAssetConfig:
     max_in_flight: int = 16
     missing_policy: str = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -95,10 +104,26 @@ class BlobAssetConfig:
     than the target gets a block of its own. ``source_storage_options`` as for
     :class:`FileAssetConfig`.
 
+    ``dedupe`` stores repeated media once per writer attempt (never across attempts, so
+    removing a rejected attempt cannot break a kept row); the references of the
+    repeats point at the same ``{path, offset, size}``:
+
+    - ``None`` (default): every asset is stored.
+    - ``"source"``: assets read from the same source (same URL and range, same size and
+      modification time or ETag) share one copy; a repeat is not read again.
+    - ``"content"``: assets with identical bytes (same size and SHA-256) share one copy.
+
+    ``checksum="sha256"|"crc32c"`` gives each reference a ``checksum`` field
+    (``"<algorithm>:<hex>"``), computed while the bytes stream into the block, and
+    carried over unchanged from source references that already have one of the same
+    algorithm; ``mdr.read_blob(ref, verify=True)`` checks it.
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.BlobAssetConfig(target_bytes=1 << 30).target_bytes
         1073741824
+        >>> mdr.BlobAssetConfig(dedupe="content", checksum="crc32c").dedupe
+        'content'
     """
 
     subdir: str = "assets"
@@ -106,9 +131,16 @@ class BlobAssetConfig:
     missing_policy: str = "error"
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    dedupe: str | None = None
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
+        if self.dedupe is not None and self.dedupe not in DEDUPE_MODES:
+            raise ValueError(
+                f"dedupe {self.dedupe!r} is not one of {', '.join(map(repr, DEDUPE_MODES))} "
+                "(or None to store every asset)"
+            )
         check_positive("target_bytes", self.target_bytes)
         check_positive("max_in_flight", self.max_in_flight)
 
