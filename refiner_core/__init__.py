@@ -17,7 +17,7 @@ from typing import Any
 from . import datatype
 from .errors import RefinerError, StageFailed, StepError
 from .execution.launcher import LaunchStats
-from .io import DataFile, DataFolder, read_blob
+from .io import ChecksumMismatchError, DataFile, DataFolder, iter_blobs, read_blob, read_blobs
 from .pipeline.pipeline import Pipeline
 from .pipeline.sequence import PipelineSequence
 from .row import Row
@@ -114,6 +114,7 @@ def from_items(
 __all__ = [
     "MAX_SHARDS",
     "BlobAssetConfig",
+    "ChecksumMismatchError",
     "DataFile",
     "DataFolder",
     "FileAssetConfig",
@@ -128,7 +129,9 @@ __all__ = [
     "datatype",
     "from_items",
     "inference",
+    "iter_blobs",
     "read_blob",
+    "read_blobs",
     "read_jsonl",
     "read_lance",
     "read_parquet",

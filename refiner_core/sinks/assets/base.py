@@ -11,6 +11,7 @@ import pyarrow as pa
 from ...datatype import with_asset_form
 from ...execution.attempts import ASSET_COUNTER_KEYS
 from ...io.datafile import is_local
+from .checksum_column import checksum_field, checksum_slot
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
 
@@ -102,6 +103,7 @@ class AssetWriterBase:
         dropped = [False] * table.num_rows
         written: dict[int, list[tuple[str, int]]] = {}
         replaced: dict[int, tuple[pa.Field, list[Any]]] = {}
+        checksummed: dict[int, tuple[pa.Field, list[Any]]] = {}
         for column in columns:
             values = table.column(column.index).to_pylist()
             new_values = await self._write_column(
@@ -116,15 +118,30 @@ class AssetWriterBase:
                 ):
                     dropped[i] = True
             replaced[column.index] = (self.output_field(column), new_values)
+            sums = self.take_checksums(column, len(values))
+            if sums is not None:
+                checksummed[column.index] = (
+                    checksum_field(column.field, self.config.checksum),
+                    sums,
+                )
+        replaced_slots = {
+            checksum_slot(table.schema, table.schema.field(index)) for index in checksummed
+        }
         self._forget_dropped(written, dropped)
         arrays = []
         fields = []
         keep = [i for i, d in enumerate(dropped) if not d]
         for index, field in enumerate(table.schema):
+            if index in replaced_slots:
+                continue
             if index in replaced:
                 new_field, values = replaced[index]
                 arrays.append(pa.array([values[i] for i in keep], type=new_field.type))
                 fields.append(new_field)
+                if index in checksummed:
+                    sum_field, sums = checksummed[index]
+                    arrays.append(pa.array([sums[i] for i in keep], type=sum_field.type))
+                    fields.append(sum_field)
             else:
                 column = table.column(index)
                 arrays.append(
@@ -139,6 +156,10 @@ class AssetWriterBase:
     def output_field(self, column: AssetColumn) -> pa.Field:
         """The field of ``column`` once its values are written."""
         return with_asset_form(column.field, self.output_form)
+
+    def take_checksums(self, column: AssetColumn, rows: int) -> list[Any] | None:
+        """The checksum cells of ``column`` written by the last ``_write_column``, if any."""
+        return None
 
     def _forget_dropped(
         self, written: dict[int, list[tuple[str, int]]], dropped: list[bool]
