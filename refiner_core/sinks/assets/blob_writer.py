@@ -15,7 +15,15 @@ from .base import AssetWriterBase
 from .blocks import BlockWriter
 from .coalesce import coalescing_candidates
 from .columns import AssetColumn, asset_columns
-from .dedupe import DedupeIndex, DigestPlan, Fetched, source_key, source_key_size
+from .dedupe import (
+    FAST_DIGEST,
+    DedupeIndex,
+    DigestPlan,
+    Fetched,
+    content_digest,
+    source_key,
+    source_key_size,
+)
 from .fetch import MissingAsset, Source, is_remote, open_source, source_size
 
 DEFER_MAX_ROWS = 262_144
@@ -38,7 +46,10 @@ class BlobAssetWriter(AssetWriterBase):
         self._held: list[pa.Table] = []
         self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
         self.dedupe = DedupeIndex(config.dedupe, self.counters)
-        self.digests = DigestPlan(content=config.dedupe == "content", checksum=config.checksum)
+        self.digests = DigestPlan(
+            content=content_digest(self.local_output) if config.dedupe == "content" else None,
+            checksum=config.checksum,
+        )
 
     def _block(self, column: AssetColumn) -> BlockWriter:
         writer = self.blocks.get(column.name)
@@ -194,7 +205,7 @@ class BlobAssetWriter(AssetWriterBase):
         """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""
         source, size = fetched.source, fetched.size
         self.counters["assets_written"] += 1
-        reused = self.dedupe.reuse(fetched.key, size)
+        reused = self.dedupe.reuse(fetched.key, size, self._confirmer(source))
         if reused is not None:
             return reused
         if source.data is not None:
@@ -206,7 +217,7 @@ class BlobAssetWriter(AssetWriterBase):
                 # a large asset the size of one already stored: hash it first, so that a
                 # repeat is never written (one read), and a new one is read twice
                 await self.in_thread(_drain, digests.tee(source))
-                reused = self.dedupe.reuse(digests.key(size), size)
+                reused = self.dedupe.reuse(digests.key(size), size, self._confirmer(source))
                 if reused is not None:
                     return reused
                 digests = self.digests.streaming(value)
@@ -219,6 +230,25 @@ class BlobAssetWriter(AssetWriterBase):
             self.counters["ranges_copied"] += 1
             self.counters["bytes_range_copied"] += size
         return reference
+
+    def _confirmer(self, source: Source) -> Any:
+        """For a fast content digest: a check that a stored copy holds ``source``'s bytes."""
+        if self.digests.content != FAST_DIGEST:
+            return None
+        return functools.partial(self._stored_holds, source)
+
+    def _stored_holds(self, source: Source, stored: dict) -> bool:
+        """Whether the stored range ``stored`` (in a local block, open or closed) has
+        exactly the bytes of ``source``."""
+        path = stored["path"]
+        for block in self.blocks.values():
+            path = block.readable_path(path)
+        with open(path, "rb") as f:
+            f.seek(stored["offset"])
+            for chunk in source.chunks():
+                if f.read(len(chunk)) != chunk:
+                    return False
+        return True
 
     def _reference(self, url: str, offset: int, size: int, checksum: str | None) -> dict:
         reference = {"path": url, "offset": offset, "size": size}

@@ -111,7 +111,9 @@ class BlobAssetConfig:
     - ``None`` (default): every asset is stored.
     - ``"source"``: assets read from the same source (same URL and range, same size and
       modification time or ETag) share one copy; a repeat is not read again.
-    - ``"content"``: assets with identical bytes (same size and SHA-256) share one copy.
+    - ``"content"``: assets with identical bytes share one copy. They are matched by
+      size and CRC32C, confirmed byte by byte against the stored copy, on local outputs,
+      and by size and SHA-256 on object stores (where a copy cannot be read back cheaply).
 
     ``checksum="sha256"|"crc32c"`` gives each reference a ``checksum`` field
     (``"<algorithm>:<hex>"``), computed while the bytes stream into the block, and

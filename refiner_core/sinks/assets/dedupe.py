@@ -3,8 +3,10 @@
 ``BlobAssetConfig(dedupe="source")`` knows a repeat by where it comes from: the same
 URL and range, with the same size and modification time (local files) or ETag
 (object stores), looked up with one ``stat``/``HEAD`` and never read again.
-``dedupe="content"`` knows it by its bytes: the same size and SHA-256 digest. A
-cryptographic digest makes a byte-by-byte comparison unnecessary.
+``dedupe="content"`` knows it by its bytes: the same size and digest. Where the
+stored copy can be read back cheaply (a local output) the digest is CRC32C, and a
+match is confirmed byte by byte against the stored copy; elsewhere it is SHA-256,
+whose matches need no confirmation.
 
 The index lives in one attempt's writer, so a reference only ever points into its
 own attempt's blocks: removing a rejected attempt cannot break a kept row.
@@ -18,13 +20,15 @@ Example:
     >>> index.remember(key, {"path": "/out/block-00000.bin", "offset": 0, "size": 5}, 5)
     >>> index.reuse(key, 5)["offset"], counters["assets_deduplicated"]
     (0, 1)
+    >>> index.reuse(key, 5, confirm=lambda stored: False) is None  # bytes differ after all
+    True
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +37,8 @@ from ...io.checksum import Hasher, carried_checksum
 from ...io.datafile import is_local
 from .fetch import Filesystems, MissingAsset, Source, check_path
 
-CONTENT_DIGEST = "sha256"
+STRONG_DIGEST = "sha256"  # matches need no confirmation
+FAST_DIGEST = "crc32c"  # matches are confirmed against the stored bytes
 
 
 class DedupeIndex:
@@ -42,24 +47,35 @@ class DedupeIndex:
     def __init__(self, mode: str | None, counters: dict[str, int]) -> None:
         self.mode = mode
         self.counters = counters
-        self._stored: dict[Hashable, dict[str, Any]] = {}
+        self._stored: dict[Hashable, list[dict[str, Any]]] = {}
         self._sizes: set[int] = set()
 
     def find(self, key: Hashable | None) -> dict[str, Any] | None:
-        return None if key is None else self._stored.get(key)
+        found = None if key is None else self._stored.get(key)
+        return found[0] if found else None
 
-    def reuse(self, key: Hashable | None, size: int) -> dict[str, Any] | None:
-        """A copy of the stored reference of ``key`` (counted as deduplicated), else ``None``."""
-        stored = self.find(key)
-        if stored is None:
-            return None
-        self.counters["assets_deduplicated"] += 1
-        self.counters["bytes_deduplicated"] += size
-        return dict(stored)
+    def reuse(
+        self,
+        key: Hashable | None,
+        size: int,
+        confirm: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> dict[str, Any] | None:
+        """A copy of the stored reference of ``key`` (counted as deduplicated), else ``None``.
+
+        ``confirm(stored reference)`` says whether the stored bytes really equal the new
+        ones; it is asked for keys whose digest is not collision-resistant."""
+        for stored in self._stored.get(key, ()) if key is not None else ():
+            if confirm is None or confirm(stored):
+                self.counters["assets_deduplicated"] += 1
+                self.counters["bytes_deduplicated"] += size
+                return dict(stored)
+        return None
 
     def remember(self, key: Hashable | None, reference: dict[str, Any], size: int) -> None:
+        """Record where the asset of ``key`` was stored (one more entry when a fast
+        digest collided with different bytes)."""
         if key is not None and self.mode is not None:
-            self._stored.setdefault(key, dict(reference))
+            self._stored.setdefault(key, []).append(dict(reference))
             self._sizes.add(size)
 
     def has_size(self, size: int) -> bool:
@@ -69,6 +85,12 @@ class DedupeIndex:
 
 def content_key(data: bytes | memoryview) -> tuple[str, int, bytes]:
     return content_key_of(len(data), hashlib.sha256(data).digest())
+
+
+def content_digest(readable_copies: bool) -> str:
+    """The digest ``dedupe="content"`` keys on: fast when a match can be confirmed by
+    reading the stored copy back, collision-resistant otherwise."""
+    return FAST_DIGEST if readable_copies else STRONG_DIGEST
 
 
 def content_key_of(size: int, digest: bytes) -> tuple[str, int, bytes]:
@@ -123,7 +145,7 @@ class Fetched:
 class DigestPlan:
     """Which digests one writer takes of every asset it stores."""
 
-    content: bool  # dedupe="content": the SHA-256 of the bytes is the key
+    content: str | None  # dedupe="content": the algorithm whose digest is the key
     checksum: str | None  # the reference's checksum algorithm
 
     def of_bytes(self, source: Source, value: Any, key: Hashable | None) -> Fetched:
@@ -132,12 +154,14 @@ class DigestPlan:
         carried = carried_checksum(value, self.checksum) if self.checksum else None
         digest = None
         if self.content:
-            digest = hashlib.sha256(source.data).digest()
+            content = Hasher(self.content)
+            content.update(source.data)
+            digest = content.digest()
             key = content_key_of(source.size, digest)
         checksum = carried
         if self.checksum and carried is None:
-            if digest is not None and self.checksum == CONTENT_DIGEST:
-                checksum = f"{CONTENT_DIGEST}:{digest.hex()}"
+            if digest is not None and self.checksum == self.content:
+                checksum = f"{self.content}:{digest.hex()}"
             else:
                 hasher = Hasher(self.checksum)
                 hasher.update(source.data)
@@ -147,7 +171,7 @@ class DigestPlan:
     def streaming(self, value: Any) -> StreamDigests:
         carried = carried_checksum(value, self.checksum) if self.checksum else None
         return StreamDigests(
-            content=Hasher(CONTENT_DIGEST) if self.content else None,
+            content=Hasher(self.content) if self.content else None,
             checksum=Hasher(self.checksum) if self.checksum and carried is None else None,
             carried=carried,
         )
@@ -167,7 +191,7 @@ class StreamDigests:
         if (
             self.content is not None
             and self.checksum is not None
-            and self.checksum.algorithm == CONTENT_DIGEST
+            and self.checksum.algorithm == self.content.algorithm
         ):
             self._hashers = [self.content]
             self.checksum = self.content

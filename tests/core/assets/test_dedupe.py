@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import google_crc32c
 import pytest
 import s3fs
 
@@ -322,3 +323,59 @@ def test_dedupe_never_crosses_attempts_so_removing_a_rejected_attempt_keeps_rows
     assert [mdr.read_blob(r["video"]) for r in rows] == [contents[i % 4] for i in range(20)]
     assert result["assets_deduplicated"] == 16
     assert result["bytes_deduplicated"] == 4 * sum(map(len, contents))
+
+
+def _crc32c_collision(data: bytes) -> bytes:
+    """Other bytes of the same length and the same CRC32C as ``data`` (CRC is affine over
+    GF(2): flip a prefix byte, then solve for the 32 bits of the tail that cancel it)."""
+
+    def linear(x: bytes) -> int:
+        return google_crc32c.value(x) ^ google_crc32c.value(bytes(len(x)))
+
+    n = len(data)
+    change = bytearray(n)
+    change[0] = 0x5A
+    target = linear(bytes(change))
+    # columns: the effect of each of the tail's 32 bits
+    rows = []
+    for bit in range(32):
+        tail = bytearray(n)
+        tail[n - 4 + bit // 8] = 1 << (bit % 8)
+        rows.append((linear(bytes(tail)), 1 << bit))
+    solution, basis = 0, []
+    for effect, chosen in rows:  # Gaussian elimination over GF(2)
+        for b_effect, b_chosen in basis:
+            if effect ^ b_effect < effect:
+                effect, chosen = effect ^ b_effect, chosen ^ b_chosen
+        if effect:
+            basis.append((effect, chosen))
+    basis.sort(reverse=True)
+    remaining = target
+    for b_effect, b_chosen in basis:
+        if remaining ^ b_effect < remaining:
+            remaining, solution = remaining ^ b_effect, solution ^ b_chosen
+    assert remaining == 0
+    for bit in range(32):
+        if solution >> bit & 1:
+            change[n - 4 + bit // 8] ^= 1 << (bit % 8)
+    other = bytes(a ^ b for a, b in zip(data, change, strict=True))
+    assert other != data and google_crc32c.value(other) == google_crc32c.value(data)
+    return other
+
+
+def test_content_dedupe_never_merges_different_bytes_whose_digests_collide(store):
+    first = os.urandom(1000)
+    colliding = _crc32c_collision(first)
+    urls = [
+        store.put("a.bin", first),
+        store.put("b.bin", colliding),
+        store.put("c.bin", first),
+        store.put("d.bin", colliding),
+    ]
+    rows = [{"i": i, "video": u} for i, u in enumerate(urls)]
+    output, summary = _write(store, rows, mdr.BlobAssetConfig(dedupe="content"))
+    assert summary["block_bytes"] == 2000
+    assert summary["assets_deduplicated"] == 2
+    written = store.rows(output)
+    assert [store.read(r["video"]) for r in written] == [first, colliding, first, colliding]
+    assert written[0]["video"] == written[2]["video"] != written[1]["video"]
