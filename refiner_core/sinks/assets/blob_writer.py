@@ -107,7 +107,7 @@ class BlobAssetWriter(AssetWriterBase):
         prefetch: collections.deque = collections.deque()
         jobs = iter(self.jobs(column, values, dropped))
         by_source = self.dedupe.mode == "source"
-        scheduled: set[str] = set()  # source URLs already fetched: repeats only look up their key
+        scheduled: set[Any] = set()  # sources already fetched: repeats only look up their key
 
         def fetch(value: Any, key_only: bool = False):
             try:
@@ -127,10 +127,10 @@ class BlobAssetWriter(AssetWriterBase):
         def schedule() -> None:
             for row, element, value in jobs:
                 # coalescing_candidates validated every reference of the column already
-                url = value.get("path") if isinstance(value, dict) else value
-                key_only = by_source and isinstance(url, str) and url in scheduled
-                if by_source and isinstance(url, str):
-                    scheduled.add(url)
+                source_id = _source_id(value) if by_source else None
+                key_only = source_id is not None and source_id in scheduled
+                if source_id is not None:
+                    scheduled.add(source_id)
                 if whole and value["path"] in whole:
                     prefetch.append((row, element, value, None))
                 elif not is_remote(value, form):
@@ -333,3 +333,15 @@ class BlobAssetWriter(AssetWriterBase):
 def _drain(source: Any) -> None:
     for _ in source.chunks():
         pass
+
+
+def _source_id(value: Any) -> Any:
+    """What makes two values the same source before any lookup: the path, or a blob
+    reference's path and range; ``None`` for values that are neither."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        parts = (value.get("path"), value.get("offset"), value.get("size"))
+        if all(isinstance(p, (str, int)) for p in parts):
+            return parts
+    return None

@@ -253,3 +253,32 @@ def test_checksummed_packing_on_s3_verifies_and_detects_a_flip(
     with pytest.raises(mdr.ChecksumMismatchError, match=f"'{block}' \\[{refs[3]['offset']}"):
         mdr.read_blob(refs[3], verify=True, storage_options=s3_storage_options)
     assert mdr.read_blob(refs[2], verify=True, storage_options=s3_storage_options) == contents[2]
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "lance"])
+def test_every_writer_keeps_checksummed_deduplicated_references(tmp_path, fmt):
+    contents = [os.urandom(300 + i) for i in range(3)]
+    paths = list(
+        write_files(tmp_path / "src", {f"{i}.bin": c for i, c in enumerate(contents)}).values()
+    )
+    out = tmp_path / f"out.{fmt}"
+    pipeline = mdr.from_items(
+        [{"i": i, "video": paths[i % 3]} for i in range(9)], dtypes={"video": dt.video_path()}
+    )
+    config = mdr.BlobAssetConfig(checksum="crc32c", dedupe="source")
+    summary = getattr(pipeline, f"write_{fmt}")(str(out), assets=config).launch_local().summary
+    assert summary["assets_deduplicated"] == 6
+    if fmt == "parquet":
+        back = mdr.read_parquet(str(out))
+    elif fmt == "jsonl":
+        back = mdr.read_jsonl(str(out), dtypes={"video": dt.blob_reference("video", checksum=True)})
+    else:
+        back = mdr.read_lance(str(out))
+    rows = sorted(back.materialize(), key=lambda r: r.i)
+    assert [mdr.read_blob(r.video, verify=True) for r in rows] == [
+        contents[i % 3] for i in range(9)
+    ]
+    assert [r.video["checksum"] for r in rows] == [
+        _expected(contents[i % 3], "crc32c") for i in range(9)
+    ]

@@ -379,3 +379,31 @@ def test_content_dedupe_never_merges_different_bytes_whose_digests_collide(store
     written = store.rows(output)
     assert [store.read(r["video"]) for r in written] == [first, colliding, first, colliding]
     assert written[0]["video"] == written[2]["video"] != written[1]["video"]
+
+
+def test_source_dedupe_of_blob_references_keys_on_path_and_range(store):
+    contents = _contents(6)
+    urls = [store.put(f"{i}.bin", c) for i, c in enumerate(contents)]
+    packed, _ = _write(
+        store, [{"i": i, "video": u} for i, u in enumerate(urls)], mdr.BlobAssetConfig(), "packed"
+    )
+    refs = [r["video"] for r in store.rows(packed)]
+    assert len({r["path"] for r in refs}) == 1  # one block, six ranges of it
+    rows = [{"i": i, "video": refs[i % 6]} for i in range(30)]
+    output = store.output("repacked")
+    summary = (
+        mdr.from_items(rows, items_per_shard=30, dtypes={"video": dt.blob_reference("video")})
+        .write_parquet(
+            output,
+            assets=mdr.BlobAssetConfig(dedupe="source", missing_policy="set_null"),
+            storage_options=store.options,
+        )
+        .launch_local()
+        .summary
+    )
+    assert summary["blobs_coalesced"] == 0 and summary["ranges_copied"] == 6
+    assert summary["assets_deduplicated"] == 24
+    assert summary["block_bytes"] == sum(map(len, contents))
+    assert [store.read(r["video"]) for r in store.rows(output)] == [
+        contents[i % 6] for i in range(30)
+    ]
