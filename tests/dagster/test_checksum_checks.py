@@ -96,3 +96,30 @@ def test_references_without_checksums_verify_none(dagster_instance, media):
     check, meta = _integrity(dagster_instance, assets, checks)
     assert check.passed and meta["checksums_verified"] == 0
     assert set(_published_rows(dagster_instance)[0].image) == {"path", "offset", "size"}
+
+
+def test_dedupe_counters_reach_the_finalization_metadata(dagster_instance, media):
+    files = media(3)
+    items = [{"episode": i, "image": files[i % 3][0]} for i in range(9)]
+
+    @dg.asset(name="episodes", io_manager_key="refiner", metadata={"refiner/dedupe": "content"})
+    def _episodes() -> mdr.Pipeline:
+        return mdr.from_items(items, items_per_shard=9, dtypes={"image": mdr.datatype.image_path()})
+
+    finalized = rd.build_finalization_asset(_episodes)
+    result = dg.materialize(
+        [_episodes, finalized],
+        instance=dagster_instance,
+        resources={"refiner": rd.RefinerBlobIOManager(num_workers=1)},
+    )
+    (event,) = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("episodes_finalized")
+    ]
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta["assets_deduplicated"] == 6
+    assert meta["bytes_deduplicated"] == 2 * sum(len(data) for _, data in files)
+    assert meta["block_bytes"] == sum(len(data) for _, data in files)
+    rows = _published_rows(dagster_instance)
+    assert [mdr.read_blob(r.image) for r in rows] == [files[i % 3][1] for i in range(9)]
