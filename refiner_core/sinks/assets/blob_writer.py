@@ -46,6 +46,7 @@ class BlobAssetWriter(AssetWriterBase):
         self._held: list[pa.Table] = []
         self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
         self.dedupe = DedupeIndex(config.dedupe, self.counters)
+        self._sources_seen: set[Any] = set()  # dedupe="source": repeats only look up their key
         self.digests = DigestPlan(
             content=content_digest(self.local_output) if config.dedupe == "content" else None,
             checksum=config.checksum,
@@ -107,7 +108,7 @@ class BlobAssetWriter(AssetWriterBase):
         prefetch: collections.deque = collections.deque()
         jobs = iter(self.jobs(column, values, dropped))
         by_source = self.dedupe.mode == "source"
-        scheduled: set[Any] = set()  # sources already fetched: repeats only look up their key
+        scheduled = self._sources_seen
 
         def fetch(value: Any, key_only: bool = False):
             try:
