@@ -10,7 +10,7 @@ the same validation and errors as :func:`~refiner_core.io.blob.read_blob`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,7 +192,8 @@ def iter_blobs(
 
     ``refs`` is consumed in windows of up to ``max_buffer_bytes`` of referenced bytes
     (a larger reference is a window of its own), each read as :func:`read_blobs` reads
-    its whole input, so memory stays about one window whatever the input's length.
+    its whole input; the next window is read while the current one is yielded, so
+    memory stays about two windows whatever the input's length.
 
     Example:
         >>> import tempfile, os, refiner_core as mdr
@@ -205,20 +206,36 @@ def iter_blobs(
     _check_options(max_gap_bytes, max_in_flight)
     check_positive("max_buffer_bytes", max_buffer_bytes)
     reader = _Reader(storage_options, max_in_flight)
+    ahead = ThreadPoolExecutor(max_workers=1)  # reads the next window while this one is used
+    pending: Future | None = None
     try:
-        window: list[_Wanted | None] = []
-        buffered = 0
-        for index, ref in enumerate(refs):
-            item = _wanted(index, ref, verify)
-            if item is not None and window and buffered + item.size > max_buffer_bytes:
-                yield from reader.read(window, max_gap_bytes)
-                window, buffered = [], 0
-            window.append(item)
-            buffered += item.size if item is not None else 0
-            if len(window) >= MAX_WINDOW_REFERENCES:
-                yield from reader.read(window, max_gap_bytes)
-                window, buffered = [], 0
-        if window:
-            yield from reader.read(window, max_gap_bytes)
+        for window in _windows(refs, verify, max_buffer_bytes):
+            following = ahead.submit(reader.read, window, max_gap_bytes)
+            if pending is not None:
+                yield from pending.result()
+            pending = following
+        if pending is not None:
+            yield from pending.result()
     finally:
+        if pending is not None:
+            pending.cancel()
+        ahead.shutdown(wait=True)
         reader.close()
+
+
+def _windows(refs: Iterable[Any], verify: bool, max_buffer_bytes: int):
+    """The validated references of ``refs`` in windows of up to ``max_buffer_bytes``."""
+    window: list[_Wanted | None] = []
+    buffered = 0
+    for index, ref in enumerate(refs):
+        item = _wanted(index, ref, verify)
+        if item is not None and window and buffered + item.size > max_buffer_bytes:
+            yield window
+            window, buffered = [], 0
+        window.append(item)
+        buffered += item.size if item is not None else 0
+        if len(window) >= MAX_WINDOW_REFERENCES:
+            yield window
+            window, buffered = [], 0
+    if window:
+        yield window

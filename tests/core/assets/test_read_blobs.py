@@ -132,6 +132,7 @@ def test_iter_blobs_streams_its_input_in_bounded_windows(tmp_path):
     stream = mdr.iter_blobs(refs(), max_buffer_bytes=10_000)
     first = next(stream)
     assert first == data[:1000]
-    assert len(consumed) <= 11  # one window (and the reference that closed it), not all 100
+    # the window in hand and the one read ahead (and the reference that closed it), not all 100
+    assert len(consumed) <= 21
     rest = list(stream)
     assert b"".join([first, *rest]) == data and len(consumed) == 100
