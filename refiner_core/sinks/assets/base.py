@@ -99,6 +99,9 @@ class AssetWriterBase:
         columns = asset_columns(table.schema)
         if not columns or table.num_rows == 0:
             return table
+        if self.output_form == "path" and self.config.checksum is not None:
+            for column in columns:  # a clash with a user column fails before any copy
+                checksum_slot(table.schema, column.field)
         self._touched = True
         dropped = [False] * table.num_rows
         written: dict[int, list[tuple[str, int]]] = {}
@@ -118,7 +121,7 @@ class AssetWriterBase:
                 ):
                     dropped[i] = True
             replaced[column.index] = (self.output_field(column), new_values)
-            sums = self.take_checksums(column, len(values))
+            sums = self.take_checksums(column)
             if sums is not None:
                 checksummed[column.index] = (
                     checksum_field(column.field, self.config.checksum),
@@ -157,7 +160,7 @@ class AssetWriterBase:
         """The field of ``column`` once its values are written."""
         return with_asset_form(column.field, self.output_form)
 
-    def take_checksums(self, column: AssetColumn, rows: int) -> list[Any] | None:
+    def take_checksums(self, column: AssetColumn) -> list[Any] | None:
         """The checksum cells of ``column`` written by the last ``_write_column``, if any."""
         return None
 

@@ -38,7 +38,7 @@ class FileAssetWriter(AssetWriterBase):
         self._sums: dict[str, str] = {}  # relative path -> checksum of the copy
         self._column_sums: dict[str, list[Any]] = {}
 
-    def take_checksums(self, column: Any, rows: int) -> list[Any] | None:
+    def take_checksums(self, column: Any) -> list[Any] | None:
         return self._column_sums.pop(column.name, None)
 
     def _copy(self, relative: str, value: Any, form: str) -> int:

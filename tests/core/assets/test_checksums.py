@@ -221,6 +221,7 @@ def test_file_copies_record_checksums_in_a_sibling_column(tmp_path):
     with pytest.raises(mdr.StageFailed, match="already has a column of that name; rename it"):
         clash.launch_local()
     assert not data_files(tmp_path / "clash")
+    assert not list((tmp_path / "clash").glob("assets/*/*/*"))  # nothing was copied
 
 
 def test_checksummed_packing_on_s3_verifies_and_detects_a_flip(
