@@ -18,7 +18,7 @@ from . import datatype
 from .errors import RefinerError, StageFailed, StepError
 from .execution.fingerprint import RunDirMismatch
 from .execution.launcher import LaunchStats
-from .io import DataFile, DataFolder, read_blob
+from .io import ChecksumMismatchError, DataFile, DataFolder, iter_blobs, read_blob, read_blobs
 from .io.ownership import OutputFolderBusy, OwnershipLost
 from .pipeline.pipeline import Pipeline
 from .pipeline.sequence import PipelineSequence
@@ -135,6 +135,7 @@ def from_items(
 __all__ = [
     "MAX_SHARDS",
     "BlobAssetConfig",
+    "ChecksumMismatchError",
     "DataFile",
     "DataFolder",
     "FileAssetConfig",
@@ -153,7 +154,9 @@ __all__ = [
     "datatype",
     "from_items",
     "inference",
+    "iter_blobs",
     "read_blob",
+    "read_blobs",
     "read_jsonl",
     "read_lance",
     "read_parquet",

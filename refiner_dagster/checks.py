@@ -8,7 +8,9 @@ asset (they run after it published the version):
 - ``reference_integrity``: every blob reference ``{path, offset, size}`` lies inside
   its block (the block exists and ``offset + size <= block size``), and with the
   file IO manager every copied file exists. Above ``sample_threshold`` references a
-  uniform random sample of ``sample_size`` is checked and the rate reported.
+  uniform random sample of ``sample_size`` is checked and the rate reported. References
+  that carry a checksum (``BlobAssetConfig(checksum=...)``) have it verified too: all of
+  them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
 """
 
 import random
@@ -23,6 +25,11 @@ import refiner_core as mdr
 from refiner_core.io import resolve, validate_reference
 from refiner_core.manifests import DatasetSummary
 
+from .checksum_audit import (
+    DEFAULT_CHECKSUM_FULL_BELOW,
+    DEFAULT_CHECKSUM_SAMPLE_RATE,
+    verify_checksums,
+)
 from .settings import DATASET_KEY, LOAD_KEY, unwrap_metadata
 from .storage import DatasetVersion, one_version
 from .tables import open_version, version_schema
@@ -70,6 +77,7 @@ class _Reference:
     path: str
     offset: int | None = None
     size: int | None = None
+    checksum: str | None = None
 
 
 @dataclass
@@ -81,6 +89,8 @@ class IntegrityReport:
     blocks: int = 0
     failures: list[str] = field(default_factory=list)
     failure_count: int = 0
+    checksums_verified: int = 0
+    checksum_failures: int = 0
 
     @property
     def sampling_rate(self) -> float:
@@ -106,7 +116,12 @@ def _iter_references(pipeline: mdr.Pipeline, columns: dict[str, str]) -> Iterato
                     continue
                 if form == "blob":
                     yield _Reference(
-                        name, index, item.get("path"), item.get("offset"), item.get("size")
+                        name,
+                        index,
+                        item.get("path"),
+                        item.get("offset"),
+                        item.get("size"),
+                        item.get("checksum"),
                     )
                 else:
                     yield _Reference(name, index, item)
@@ -139,6 +154,8 @@ def scan_references(
     sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
+    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
 ) -> IntegrityReport:
     """Check the references of ``version``'s asset columns against storage."""
     columns = _asset_columns(version_schema(version))
@@ -151,14 +168,46 @@ def scan_references(
     )
     report.total, report.checked = total, len(chosen)
     sizes: dict[str, int | None] = {}
+    intact: list[_Reference] = []
     for ref in chosen:
         problem = _check(ref, sizes, version)
         if problem:
             report.failure_count += 1
             if len(report.failures) < _SHOWN_FAILURES:
                 report.failures.append(problem)
+        elif ref.checksum:
+            intact.append(ref)
     report.blocks = len(sizes)
+    _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
     return report
+
+
+def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
+    """Verify the checksums of in-bounds references (a sample on large datasets)."""
+    pairs = [
+        (
+            f"column {r.column!r} row {r.row}",
+            {"path": r.path, "offset": r.offset, "size": r.size, "checksum": r.checksum},
+        )
+        for r in refs
+    ]
+    audit = verify_checksums(
+        pairs,
+        rate=rate,
+        full_below=full_below,
+        seed=seed,
+        storage_options=_options_for(pairs[0][1]["path"], version) if pairs else None,
+    )
+    report.checksums_verified = audit.verified
+    report.checksum_failures = audit.failure_count
+    report.failure_count += audit.failure_count
+    report.failures.extend(audit.failures[: max(0, _SHOWN_FAILURES - len(report.failures))])
+
+
+def _options_for(path: str, version: DatasetVersion) -> dict[str, Any] | None:
+    """The version's storage options for a path on the version's store, else none."""
+    same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
+    return (version.storage_options or None) if same_store and "://" in version.url else None
 
 
 def _size_of(path: str, sizes: dict[str, int | None], version: DatasetVersion) -> int | None:
@@ -202,6 +251,8 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
         "sampling_rate": dg.MetadataValue.float(round(report.sampling_rate, 6)),
         "blocks_checked": dg.MetadataValue.int(report.blocks),
         "failures": dg.MetadataValue.int(report.failure_count),
+        "checksums_verified": dg.MetadataValue.int(report.checksums_verified),
+        "checksum_failures": dg.MetadataValue.int(report.checksum_failures),
     }
     if report.failures:
         metadata["first_failures"] = dg.MetadataValue.md(
@@ -222,6 +273,8 @@ def build_dataset_checks(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
     blocking: bool = False,
+    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
+    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
 ) -> list[dg.AssetChecksDefinition]:
     """Missing-asset and reference-integrity checks on a finalization asset.
 
@@ -250,7 +303,13 @@ def build_dataset_checks(
     dataset_key = dg.AssetKey.from_user_string(str(dataset))
     ins = {"dataset": dg.AssetIn(key=dataset_key, metadata={LOAD_KEY: "version"})}
     partitions_def = finalization_asset.partitions_def
-    options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
+    options = {
+        "sample_threshold": sample_threshold,
+        "sample_size": sample_size,
+        "seed": seed,
+        "checksum_sample_rate": checksum_sample_rate,
+        "checksum_full_below": checksum_full_below,
+    }
 
     with warnings.catch_warnings():
         # partitioned asset checks are a preview feature of Dagster; ours follow the asset's
@@ -285,7 +344,8 @@ def _define_checks(
         partitions_def=partitions_def,
         description=(
             "Every blob reference lies inside an existing block (offset + size <= block size); "
-            f"sampled above {sample_threshold:,} references."
+            f"sampled above {sample_threshold:,} references; checksums, where references carry "
+            "them, are verified too (all of them on small datasets)."
         ),
     )
     def _integrity(dataset: Any) -> dg.AssetCheckResult:

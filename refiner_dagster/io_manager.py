@@ -110,6 +110,13 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "of CPUs (per asset: refiner/num_workers). Never more than the number of shards."
         ),
     )
+    checksum: str | None = Field(
+        default=None,
+        description=(
+            "'sha256' or 'crc32c': blob references carry a checksum (files: a "
+            "<column>_checksum column); default none (per asset: refiner/checksum)."
+        ),
+    )
     finalize_inline: bool = Field(
         default=False,
         description=(
@@ -138,6 +145,8 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "num_workers": self.num_workers,
             "max_in_flight": self.max_in_flight,
             "finalize_inline": self.finalize_inline,
+            "dedupe": getattr(self, "dedupe", None),
+            "checksum": self.checksum,
         }
 
     def _asset_config(self, settings: AssetSettings) -> Any:
@@ -149,6 +158,10 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         record["max_in_flight"] = config.max_in_flight
         if isinstance(config, mdr.BlobAssetConfig):
             record["target_bytes"] = config.target_bytes
+            if config.dedupe is not None:
+                record["dedupe"] = config.dedupe
+        if config.checksum is not None:
+            record["checksum"] = config.checksum
         return record
 
     def resolved_source_options(self) -> dict[str, Any] | None:
@@ -286,6 +299,13 @@ class RefinerBlobIOManager(_RefinerIOManager):
         default=1 << 30,
         description="Block size target in bytes (per asset: refiner/target_bytes).",
     )
+    dedupe: str | None = Field(
+        default=None,
+        description=(
+            "'source' or 'content': repeated media is stored once per writer attempt; "
+            "default none (per asset: refiner/dedupe)."
+        ),
+    )
 
     _asset_mode: ClassVar[AssetForm] = mdr.BlobAssetConfig.form
 
@@ -296,6 +316,8 @@ class RefinerBlobIOManager(_RefinerIOManager):
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
             source_storage_options=self.resolved_source_options(),
+            dedupe=settings.dedupe,
+            checksum=settings.checksum,
         )
 
 
@@ -323,6 +345,7 @@ class RefinerFileIOManager(_RefinerIOManager):
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
             source_storage_options=self.resolved_source_options(),
+            checksum=settings.checksum,
         )
 
 

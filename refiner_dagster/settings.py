@@ -10,6 +10,8 @@ Keys an asset may set in ``metadata=`` (all optional):
 ``refiner/num_workers``    worker processes on the step's machine
 ``refiner/max_in_flight``  concurrent asset copies per worker
 ``refiner/finalize_inline`` finalize and publish in the same step (no finalization asset)
+``refiner/dedupe``         ``"source"`` or ``"content"``: repeated media stored once (blob IO manager)
+``refiner/checksum``       ``"sha256"`` or ``"crc32c"``: checksums in references or a sibling column
 =========================  ===================================================
 
 Example:
@@ -39,6 +41,8 @@ SETTING_KEYS = (
     "num_workers",
     "max_in_flight",
     "finalize_inline",
+    "dedupe",
+    "checksum",
 )
 # Input metadata key telling the IO manager what to load: see ``io_manager``.
 LOAD_KEY = "refiner/load"
@@ -57,6 +61,8 @@ class AssetSettings:
     num_workers: int
     max_in_flight: int
     finalize_inline: bool
+    dedupe: str | None = None
+    checksum: str | None = None
 
 
 def unwrap_metadata(value: Any) -> Any:
@@ -115,4 +121,6 @@ def resolve_settings(
         num_workers=_positive_int(num_workers, "num_workers", where),
         max_in_flight=_positive_int(values["max_in_flight"], "max_in_flight", where),
         finalize_inline=bool(values.get("finalize_inline", False)),
+        dedupe=values.get("dedupe"),
+        checksum=values.get("checksum"),
     )

@@ -1,16 +1,21 @@
 """Storage access: files and folders over fsspec, blob reads, s3 multipart writes."""
 
 from .blob import read_blob, validate_reference
+from .blob_batch import iter_blobs, read_blobs
+from .checksum import ChecksumMismatchError
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 
 __all__ = [
+    "ChecksumMismatchError",
     "DataFile",
     "DataFolder",
     "check_relative",
     "full_url",
     "is_local",
     "is_s3",
+    "iter_blobs",
     "read_blob",
+    "read_blobs",
     "resolve",
     "validate_reference",
 ]

@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ...io.checksum import check_algorithm
 from ...io.datafile import check_relative
 from ...validation import check_positive
 from ...vocabulary import MISSING_POLICIES, AssetForm, MissingPolicy, check_choice
 from .sources import check_allowed_sources
 
+DEDUPE_MODES = ("source", "content")
 LEGACY_KEYWORDS = (
     "upload_assets",
     "assets_subdir",
@@ -56,6 +58,8 @@ def _validate_common(config: Any) -> None:
             "source_storage_options must be a dict of fsspec options for the filesystem the "
             f"assets are read from (e.g. {{'endpoint_url': ...}}), got {type(options).__name__}"
         )
+    if config.checksum is not None:
+        check_algorithm(config.checksum)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class FileAssetConfig:
 
     ``form`` is ``"files"``, the word summaries and records use for this config.
 
+    ``checksum="sha256"|"crc32c"`` records each copy's checksum (``"<algorithm>:<hex>"``)
+    in a sibling string column ``<column>_checksum``, computed on the bytes as they are
+    written (such copies stream through the worker instead of being copied server-side).
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.FileAssetConfig(subdir="media", max_in_flight=32, missing_policy="error").subdir
@@ -88,6 +96,7 @@ class FileAssetConfig:
     missing_policy: MissingPolicy = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
     allowed_sources: tuple[str, ...] | None = None
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -105,12 +114,30 @@ class BlobAssetConfig:
 
     ``form`` is ``"blobs"``.
 
+    ``dedupe`` stores repeated media once per writer attempt (never across attempts, so
+    removing a rejected attempt cannot break a kept row); the references of the
+    repeats point at the same ``{path, offset, size}``:
+
+    - ``None`` (default): every asset is stored.
+    - ``"source"``: assets read from the same source (same URL and range, same size and
+      modification time or ETag) share one copy; a repeat is not read again.
+    - ``"content"``: assets with identical bytes share one copy. They are matched by
+      size and CRC32C, confirmed byte by byte against the stored copy, on local outputs,
+      and by size and SHA-256 on object stores (where a copy cannot be read back cheaply).
+
+    ``checksum="sha256"|"crc32c"`` gives each reference a ``checksum`` field
+    (``"<algorithm>:<hex>"``), computed while the bytes stream into the block, and
+    carried over unchanged from source references that already have one of the same
+    algorithm; ``mdr.read_blob(ref, verify=True)`` checks it.
+
     Example:
         >>> import refiner_core as mdr
         >>> mdr.BlobAssetConfig(target_bytes=1 << 30).target_bytes
         1073741824
         >>> mdr.BlobAssetConfig.form
         'blobs'
+        >>> mdr.BlobAssetConfig(dedupe="content", checksum="crc32c").dedupe
+        'content'
     """
 
     form: ClassVar[AssetForm] = "blobs"
@@ -121,9 +148,16 @@ class BlobAssetConfig:
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
     allowed_sources: tuple[str, ...] | None = None
+    dedupe: str | None = None
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
+        if self.dedupe is not None and self.dedupe not in DEDUPE_MODES:
+            raise ValueError(
+                f"dedupe {self.dedupe!r} is not one of {', '.join(map(repr, DEDUPE_MODES))} "
+                "(or None to store every asset)"
+            )
         check_positive("target_bytes", self.target_bytes)
         check_positive("max_in_flight", self.max_in_flight)
 
