@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import refiner_core as mdr
-from refiner_core.io.checksum import checksum_of, parse_checksum
+from refiner_core.io import checksum_of, parse_checksum
 
 DEFAULT_CHECKSUM_SAMPLE_RATE = 0.01
 DEFAULT_CHECKSUM_FULL_BELOW = 10_000

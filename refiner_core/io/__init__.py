@@ -2,7 +2,7 @@
 
 from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
-from .checksum import ChecksumMismatchError
+from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 
 __all__ = [
@@ -10,10 +10,12 @@ __all__ = [
     "DataFile",
     "DataFolder",
     "check_relative",
+    "checksum_of",
     "full_url",
     "is_local",
     "is_s3",
     "iter_blobs",
+    "parse_checksum",
     "read_blob",
     "read_blobs",
     "resolve",

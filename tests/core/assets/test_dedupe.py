@@ -305,20 +305,20 @@ def test_dedupe_never_crosses_attempts_so_removing_a_rejected_attempt_keeps_rows
     shards = write.plan(run_id)
     first = write.run_task(shards, run_id=run_id)[0]
     second = write.run_task(shards, run_id=run_id)[0]
-    assert first["counters"]["assets_deduplicated"] == 16
-    assert second["counters"]["assets_deduplicated"] == 16  # nothing reused from the first
+    assert first.counters["assets_deduplicated"] == 16
+    assert second.counters["assets_deduplicated"] == 16  # nothing reused from the first
     # make the first attempt the rejected one: its blocks are the ones that go
-    manifest = out / "_refiner" / "attempts" / f"{first['shard_id']}__{first['attempt_id']}.json"
+    manifest = out / "_refiner" / "attempts" / f"{first.shard_id}__{first.attempt_id}.json"
     record = json.loads(manifest.read_text())
-    record["completed_at"] = second["completed_at"] + 60
+    record["completed_at"] = second.completed_at + 60
     manifest.write_text(json.dumps(record))
 
     result = finalize.run(run_id=run_id)
 
     assert result["rejected_attempts_removed"] == 1
-    assert not (out / "assets" / f"{first['shard_id']}__{first['attempt_id']}").exists()
+    assert not (out / "assets" / f"{first.shard_id}__{first.attempt_id}").exists()
     rows = sorted(read_rows(out), key=lambda r: r["i"])
-    kept = f"{second['shard_id']}__{second['attempt_id']}"
+    kept = f"{second.shard_id}__{second.attempt_id}"
     assert all(f"/assets/{kept}/" in r["video"]["path"] for r in rows)
     assert [mdr.read_blob(r["video"]) for r in rows] == [contents[i % 4] for i in range(20)]
     assert result["assets_deduplicated"] == 16
