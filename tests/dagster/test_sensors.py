@@ -86,10 +86,11 @@ def test_cursor_survives_and_is_plain_json(tmp_path: Path) -> None:
     write(tmp_path / "sub" / "y.parquet", b"yy")
     with dg.instance_for_test() as instance:
         first = tick(sensor, None, instance)
-        assert requested(first) == ["sub/y.parquet", "x.parquet"]
+        assert requested(first) == ["x.parquet", "sub/y.parquet"]  # oldest first
         saved = json.loads(first.cursor)
-        assert saved["v"] == 1 and saved["after"] is None
-        assert set(saved["seen"]) == {"sub/y.parquet", "x.parquet"}
+        assert saved["v"] == 2
+        assert saved["mark"] == max(os.path.getmtime(p) for p in (tmp_path / "x.parquet", tmp_path / "sub" / "y.parquet"))
+        assert set(saved["recent"]) == {"sub/y.parquet", "x.parquet"}
 
     # A different instance (a restarted daemon) with the stored cursor requests nothing.
     with dg.instance_for_test() as other:
@@ -98,7 +99,7 @@ def test_cursor_survives_and_is_plain_json(tmp_path: Path) -> None:
     # Deleting a file forgets it; putting it back is processed again.
     (tmp_path / "x.parquet").unlink()
     gone = tick(sensor, first.cursor)
-    assert set(json.loads(gone.cursor)["seen"]) == {"sub/y.parquet"}
+    assert set(json.loads(gone.cursor)["recent"]) == {"sub/y.parquet"}
     write(tmp_path / "x.parquet", b"x")
     assert requested(tick(sensor, gone.cursor)) == ["x.parquet"]
 
@@ -134,14 +135,14 @@ def test_pagination_across_ticks(tmp_path: Path) -> None:
         pages.append(requested(result))
         cursor = result.cursor
     assert pages == [["f0.parquet", "f1.parquet"], ["f2.parquet", "f3.parquet"], ["f4.parquet"], []]
-    assert json.loads(cursor)["after"] is None
+    assert json.loads(cursor)["mark"] == os.path.getmtime(tmp_path / "f4.parquet")
 
-    # Mid-lap, an earlier file changes: the lap goes on first, then wraps around to it.
+    # Mid-way, an earlier file changes: its new modification time puts it after the rest.
     first = tick(sensor, None)
     write(tmp_path / "f0.parquet", b"changed")
     second = tick(sensor, first.cursor)
     assert requested(second) == ["f2.parquet", "f3.parquet"]
-    assert json.loads(second.cursor)["after"] == "f3.parquet"
+    assert json.loads(second.cursor)["mark"] == os.path.getmtime(tmp_path / "f3.parquet")
     assert requested(tick(sensor, second.cursor)) == ["f4.parquet", "f0.parquet"]
 
 
@@ -176,7 +177,7 @@ def test_dynamic_partitions_per_file(tmp_path: Path) -> None:
         write(tmp_path / "c...parquet", b"c")
         odd = tick(sensor, result.cursor, instance)
         assert requested(odd) == [] and not odd.dynamic_partitions_requests
-        assert "c...parquet" in json.loads(odd.cursor)["seen"]
+        assert "c...parquet" in json.loads(odd.cursor)["recent"]
 
         # A changed file re-requests its partition but does not add it again.
         write(tmp_path / "a.parquet", b"a, edited")
