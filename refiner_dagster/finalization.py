@@ -11,7 +11,6 @@ metadata is read back from the persisted summary, with Dagster's standard table
 metadata (:mod:`refiner_dagster.table_metadata`).
 """
 
-
 from collections.abc import Mapping, Sequence
 from typing import Any
 

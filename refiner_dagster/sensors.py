@@ -311,14 +311,12 @@ def build_source_sensor(
     extra_tags = dict(tags or {})
     lookback = max(float(lookback_seconds), float(min_age_seconds) * 2 + 60)
 
-    def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def evaluate(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
         cursor = SourceCursor.parse(context.cursor)
         fs_options = dict(options)
         if s3_resource_key is not None:
-            fs_options = {
-                **s3_storage_options(getattr(context.resources, s3_resource_key)),
-                **options,
-            }
+            s3 = resources.get(s3_resource_key) or getattr(context.resources, s3_resource_key)
+            fs_options = {**s3_storage_options(s3), **options}
         files = list_source_files(
             url, pattern=pattern, storage_options=fs_options, min_age_seconds=min_age_seconds
         )
