@@ -98,11 +98,19 @@ class _Select:
         self.columns = columns
 
     def __call__(self, row: mdr.Row) -> mdr.Row:
+        unknown = [name for name in self.columns if name not in row]
+        if unknown:
+            raise ValueError(
+                f"input metadata columns names {unknown} that the table does not have; its "
+                f"columns are {list(row.keys())}"
+            )
         return mdr.Row({name: row[name] for name in self.columns})
 
 
 def select_columns(version: DatasetVersion, columns: list[str], where: str) -> mdr.Pipeline:
     """A lazy pipeline over ``columns`` of ``version``; unknown names are an error."""
+    if version.format == "jsonl":  # no schema on storage: checked on each row
+        return open_version(version).map(_Select(columns))
     schema = version_schema(version)
     if schema is not None:
         unknown = [c for c in columns if c not in schema.names]
@@ -111,6 +119,4 @@ def select_columns(version: DatasetVersion, columns: list[str], where: str) -> m
                 f"{where}: input metadata columns names {unknown} that {version.describe()} does "
                 f"not have; its columns are {schema.names}"
             )
-    if version.format == "jsonl":
-        return open_version(version).map(_Select(columns))
     return open_version(version, columns=columns)
