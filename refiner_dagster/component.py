@@ -32,8 +32,6 @@ Example:
     'refiner_examples__numbers'
 """
 
-from __future__ import annotations
-
 import importlib
 import inspect
 from collections.abc import Callable
@@ -233,9 +231,9 @@ class RefinerDatasetComponent(dg.Component, dg.Model, dg.Resolvable):
             kinds={"refiner", self.format},
             pool=dataset_pool(key),
         )
-        def _dataset(asset_context: dg.AssetExecutionContext) -> mdr.Pipeline:
+        def _dataset(context: dg.AssetExecutionContext) -> mdr.Pipeline:
             if takes_key:
-                return function(partition_key=asset_context.partition_key)
+                return function(partition_key=context.partition_key)
             return function()
 
         finalized = build_finalization_asset(

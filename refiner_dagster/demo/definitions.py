@@ -20,7 +20,8 @@ Assets (group ``refiner_demo``)::
         -> episodes_with_gap_finalized         (missing_assets = cells_nulled = 1)
 
 Every finalization asset carries the ``missing_assets`` and ``reference_integrity``
-checks. ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
+checks. ``episode_thumbnails`` (group ``refiner_demo_components``) is declared in YAML
+instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
 ``episodes_export`` job is the fan-out write graph (plan -> write x N -> finalize)
@@ -50,6 +51,7 @@ from refiner_dagster.demo.data import (
     ensure_demo_data,
     source_dtypes,
 )
+from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.schedules import build_refresh_schedule
 from refiner_dagster.sensors import build_source_sensor
 
@@ -228,14 +230,18 @@ episodes_export = build_write_job(
     description="Fan-out write: plan the export's shards, write them in parallel, finalize.",
 )
 
-defs = dg.Definitions(
-    assets=DEMO_ASSETS,
-    asset_checks=DEMO_CHECKS,
-    jobs=[demo_refresh, episodes_export],
-    schedules=[demo_refresh_schedule],
-    sensors=[demo_drop_sensor],
-    resources={
-        "refiner_blobs": RefinerBlobIOManager(),
-        "refiner_files": RefinerFileIOManager(),
-    },
+defs = dg.Definitions.merge(
+    # datasets declared in YAML under defs/ (RefinerDatasetComponent)
+    dg.load_defs(defs_root=component_defs_folder, project_root=Path(__file__).parent),
+    dg.Definitions(
+        assets=DEMO_ASSETS,
+        asset_checks=DEMO_CHECKS,
+        jobs=[demo_refresh, episodes_export],
+        schedules=[demo_refresh_schedule],
+        sensors=[demo_drop_sensor],
+        resources={
+            "refiner_blobs": RefinerBlobIOManager(),
+            "refiner_files": RefinerFileIOManager(),
+        },
+    ),
 )
