@@ -20,7 +20,7 @@ Assets (group ``refiner_demo``)::
         -> episodes_with_gap_finalized         (missing_assets = cells_nulled = 1)
 
 Every finalization asset carries the ``missing_assets`` and ``reference_integrity``
-checks. ``episode_thumbnails`` (group ``refiner_demo_components``) is declared in YAML
+checks. ``episode_thumbnails`` (and its finalization) is declared in YAML
 instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
@@ -33,6 +33,7 @@ Where data lands: generated inputs under :func:`~refiner_dagster.demo.data.demo_
 """
 
 import asyncio
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -45,13 +46,13 @@ from refiner_dagster import (
     build_finalization_asset,
     build_write_job,
 )
+from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.demo.data import (
     LONG_EPISODE_FRAMES,
     demo_data_dir,
     ensure_demo_data,
     source_dtypes,
 )
-from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.schedules import build_refresh_schedule
 from refiner_dagster.sensors import build_source_sensor
 
@@ -230,9 +231,18 @@ episodes_export = build_write_job(
     description="Fan-out write: plan the export's shards, write them in parallel, finalize.",
 )
 
+
+def _component_defs() -> dg.Definitions:
+    """The datasets declared in YAML under ``defs/`` (``RefinerDatasetComponent``)."""
+    with warnings.catch_warnings():
+        # load_defs reads a defs package without a dg project file, which an installed
+        # package does not have; its successor load_from_defs_folder needs one
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return dg.load_defs(defs_root=component_defs_folder, project_root=Path(__file__).parent)
+
+
 defs = dg.Definitions.merge(
-    # datasets declared in YAML under defs/ (RefinerDatasetComponent)
-    dg.load_defs(defs_root=component_defs_folder, project_root=Path(__file__).parent),
+    _component_defs(),
     dg.Definitions(
         assets=DEMO_ASSETS,
         asset_checks=DEMO_CHECKS,
