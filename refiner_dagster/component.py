@@ -141,7 +141,22 @@ class RefinerDatasetScaffolder(dg.Scaffolder):
 
 @dg.scaffold_with(RefinerDatasetScaffolder)
 class RefinerDatasetComponent(dg.Component, dg.Model, dg.Resolvable):
-    """A refiner dataset: pipeline → versioned storage → audited, published version."""
+    """A refiner dataset: pipeline → versioned storage → audited, published version.
+
+    Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the
+    dataset asset, its finalization asset (with checks), the IO manager resource
+    ``refiner_<key>`` and, with ``automation.cron``, a refresh job and schedule.
+
+    Example:
+        >>> import dagster as dg
+        >>> from refiner_dagster import RefinerDatasetComponent
+        >>> component = RefinerDatasetComponent(
+        ...     key="examples/numbers", pipeline="refiner_dagster.component:example_pipeline",
+        ...     storage={"base_url": "/tmp/refiner-component-example"})
+        >>> defs = component.build_defs(None)
+        >>> sorted(a.key.to_user_string() for a in defs.resolve_all_asset_specs())
+        ['examples/numbers', 'examples/numbers_finalized']
+    """
 
     key: str = Field(description="Asset key of the dataset, '/'-separated (robotics/episodes).")
     pipeline: str = Field(description="'package.module:function' returning a lazy mdr.Pipeline.")

@@ -126,9 +126,10 @@ def build_finalization_asset(
     ``dagster/uri``. Partitions follow the dataset's.
 
     Automation: ``automation_condition`` defaults to ``dg.AutomationCondition.eager()``,
-    so when the automation daemon runs (``dagster dev`` starts it; enable "auto
-    materialize" sensors in the UI) every write of the dataset is followed by its
-    finalization. Pass ``automation_condition=None`` to finalize only when asked.
+    so while the daemon evaluates automation conditions (``dagster dev`` runs it, with
+    the default automation condition sensor on the Automation page of the UI) every
+    write of the dataset is followed by its finalization. Pass
+    ``automation_condition=None`` to finalize only when asked.
 
     Concurrency: ``pool`` defaults to ``refiner/<dataset key>`` (:func:`dataset_pool`);
     give the dataset asset the same ``pool=`` and set a limit of 1 for it

@@ -26,7 +26,6 @@ Several upstream partitions arrive as a dict keyed by partition key.
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Any, ClassVar
 
@@ -45,17 +44,22 @@ from refiner_core.execution.attempts import (
 )
 
 from .finalization import published_metadata
-from .loading import allow_missing, input_columns, input_mode, select_columns
+from .loading import (
+    allow_missing,
+    dataset_path,
+    input_columns,
+    input_mode,
+    locate,
+    select_columns,
+)
 from .metadata import counters_metadata
-from .progress_log import progress_to_log
+from .progress_log import launch_in_step
 from .publish import AuditFailedError, AuditPolicy, finalize_version, run_liveness
 from .settings import (
     ASSET_COLUMNS_KEY,
-    DATASET_KEY,
     LOAD_MODES,
     AssetSettings,
     resolve_settings,
-    unwrap_metadata,
 )
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
 from .tables import open_version, written_asset_columns
@@ -231,8 +235,9 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         try:
             sequence = version.writer(pipeline, assets)
             write_only = mdr.PipelineSequence([sequence.stages[0]])
-            with progress_to_log(context.log, interval=self.progress_log_seconds):
-                stats = _launch(write_only, context, settings)
+            stats = launch_in_step(
+                write_only, context, settings.num_workers, self.progress_log_seconds
+            )
             counters = committed_counters(version, stats.run_id)
             asset_columns = written_asset_columns(sequence.stages[0].pipeline, self._asset_mode)
             storage.record(
@@ -280,7 +285,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         """What the input receives follows its annotation and metadata (:mod:`.loading`)."""
         mode = input_mode(context)
         columns = input_columns(context) if mode == "table" else None
-        asset_path = _dataset_path(context)
+        asset_path = dataset_path(context)
         storage = self.storage(context.instance)
         partitions: list[str | None] = (
             list(context.asset_partition_keys) if context.has_asset_partitions else [None]
@@ -290,7 +295,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         loaded = {}
         for key in partitions:
             try:
-                version = _locate(storage, asset_path, key, mode, run_version)
+                version = locate(storage, asset_path, key, mode, run_version)
             except FileNotFoundError:
                 if skip_missing:
                     context.log.info(f"input {context.name!r}: partition {key!r} has no version")
@@ -376,26 +381,6 @@ class RefinerFileIOManager(_RefinerIOManager):
 # helpers ---------------------------------------------------------------------------
 
 
-def _launch(sequence: mdr.PipelineSequence, context: dg.OutputContext, settings: AssetSettings):
-    """Run the write stage; a missing-asset failure says which Dagster setting to change."""
-    where = context.asset_key.to_user_string()
-    try:
-        return sequence.launch_local(name=where, num_workers=settings.num_workers)
-    except mdr.StageFailed as exc:
-        message = str(exc)
-        if "MissingAssetError" not in message:
-            raise
-        hint = (
-            f"set metadata {{'refiner/missing_policy': 'set_null'}} (null the cell) or "
-            f"'drop_row' (drop the row) on asset {where}, or the IO manager's missing_policy "
-            "field for every asset"
-        )
-        message = re.sub(r"pass missing_policy='set_null'.*?'drop_row'", hint, message)
-        if hint not in message:
-            message += f". To keep going without the file, {hint}"
-        raise mdr.StageFailed(message, stage=exc.stage, shard_id=exc.shard_id) from exc
-
-
 def _as_pipeline(obj: Any, where: str) -> mdr.Pipeline:
     if isinstance(obj, mdr.Pipeline):
         return obj
@@ -420,41 +405,6 @@ def _single_partition(context: dg.OutputContext, where: str) -> str | None:
             "managers write one partition per run. Launch the backfill with one run per partition"
         )
     return keys[0]
-
-
-def _dataset_path(context: dg.InputContext) -> list[str]:
-    """The dataset asset behind an input (a finalization asset points at its dataset)."""
-    upstream = context.upstream_output
-    metadata = upstream.definition_metadata if upstream is not None else {}
-    dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
-    if dataset:
-        return dg.AssetKey.from_user_string(str(dataset)).path
-    return list(context.asset_key.path)
-
-
-def _locate(
-    storage: DatasetStorage,
-    asset_path: list[str],
-    key: str | None,
-    mode: str,
-    run_version: str | None,
-) -> DatasetVersion:
-    where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
-    if mode == "pending":
-        version = storage.pending(asset_path, key, prefer=run_version)
-        version = version or storage.current(asset_path, key)
-        if version is not None:
-            return version
-        raise FileNotFoundError(
-            f"{where} has no written version under {storage.url}; materialize the asset first"
-        )
-    current = storage.current(asset_path, key)
-    if current is None:
-        raise FileNotFoundError(
-            f"{where} has no published version under {storage.url}: materialize it and then its "
-            "finalization asset (build_finalization_asset), or set finalize_inline=True"
-        )
-    return current
 
 
 __all__ = [

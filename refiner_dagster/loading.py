@@ -34,11 +34,18 @@ import dagster as dg
 
 import refiner_core as mdr
 
-from .settings import LOAD_KEY, LOAD_MODES, unwrap_metadata
-from .storage import DatasetVersion
+from .settings import DATASET_KEY, LOAD_KEY, LOAD_MODES, unwrap_metadata
+from .storage import DatasetStorage, DatasetVersion
 from .tables import open_version, version_schema
 
-__all__ = ["annotated_mode", "input_columns", "input_mode", "select_columns"]
+__all__ = [
+    "annotated_mode",
+    "dataset_path",
+    "input_columns",
+    "input_mode",
+    "locate",
+    "select_columns",
+]
 
 COLUMNS_KEY = "columns"
 ALLOW_MISSING_KEY = "allow_missing_partitions"
@@ -120,3 +127,38 @@ def select_columns(version: DatasetVersion, columns: list[str], where: str) -> m
                 f"not have; its columns are {schema.names}"
             )
     return open_version(version, columns=columns)
+
+
+def dataset_path(context: dg.InputContext) -> list[str]:
+    """The dataset asset behind an input (a finalization asset points at its dataset)."""
+    upstream = context.upstream_output
+    metadata = upstream.definition_metadata if upstream is not None else {}
+    dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
+    if dataset:
+        return dg.AssetKey.from_user_string(str(dataset)).path
+    return list(context.asset_key.path)
+
+
+def locate(
+    storage: DatasetStorage,
+    asset_path: list[str],
+    key: str | None,
+    mode: str,
+    run_version: str | None,
+) -> DatasetVersion:
+    where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
+    if mode == "pending":
+        version = storage.pending(asset_path, key, prefer=run_version)
+        version = version or storage.current(asset_path, key)
+        if version is not None:
+            return version
+        raise FileNotFoundError(
+            f"{where} has no written version under {storage.url}; materialize the asset first"
+        )
+    current = storage.current(asset_path, key)
+    if current is None:
+        raise FileNotFoundError(
+            f"{where} has no published version under {storage.url}: materialize it and then its "
+            "finalization asset (build_finalization_asset), or set finalize_inline=True"
+        )
+    return current

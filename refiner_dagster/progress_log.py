@@ -24,13 +24,18 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ProgressTee", "progress_to_log"]
+import dagster as dg
+
+import refiner_core as mdr
+
+__all__ = ["ProgressTee", "launch_in_step", "progress_to_log"]
 
 
 class ProgressTee(io.TextIOBase):
@@ -107,3 +112,27 @@ def progress_to_log(log: Any, *, interval: float = 10.0) -> Iterator[ProgressTee
             yield tee
     finally:
         tee.close_out()
+
+
+def launch_in_step(
+    sequence: mdr.PipelineSequence, context: dg.OutputContext, num_workers: int, interval: float
+) -> mdr.LaunchStats:
+    """Run ``sequence`` in a Dagster step: progress in the run log, and a missing-asset
+    failure that says which Dagster setting changes the missing policy."""
+    where = context.asset_key.to_user_string()
+    try:
+        with progress_to_log(context.log, interval=interval):
+            return sequence.launch_local(name=where, num_workers=num_workers)
+    except mdr.StageFailed as exc:
+        message = str(exc)
+        if "MissingAssetError" not in message:
+            raise
+        hint = (
+            f"set metadata {{'refiner/missing_policy': 'set_null'}} (null the cell) or "
+            f"'drop_row' (drop the row) on asset {where}, or the IO manager's missing_policy "
+            "field for every asset"
+        )
+        message = re.sub(r"pass missing_policy='set_null'.*?'drop_row'", hint, message)
+        if hint not in message:
+            message += f". To keep going without the file, {hint}"
+        raise mdr.StageFailed(message, stage=exc.stage, shard_id=exc.shard_id) from exc
