@@ -15,11 +15,12 @@ Storage layout (see :mod:`refiner_dagster.storage`)::
 
 ``base_url`` defaults to ``<Dagster instance storage>/refiner``.
 
-What an input receives depends on its ``refiner/load`` metadata: ``"table"``
-(default, a lazy pipeline over the published version), ``"version"`` (the published
-:class:`DatasetVersion` handle) or ``"pending"`` (the written, unfinalized version;
-what finalization assets load). Several upstream partitions arrive as a dict keyed
-by partition key.
+What an input receives follows its type annotation (``mdr.Pipeline``: a lazy
+pipeline over the published version; ``DatasetVersion``: the published handle) or
+its ``refiner/load`` metadata (``"table"``, ``"version"``, or ``"pending"``: the
+written, unfinalized version finalization assets load); ``columns`` and
+``allow_missing_partitions`` input metadata are honoured (see :mod:`.loading`).
+Several upstream partitions arrive as a dict keyed by partition key.
 """
 
 from __future__ import annotations
@@ -35,13 +36,26 @@ import refiner_core as mdr
 from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
-from .finalization import finalize_version
-from .metadata import counters_metadata, summary_metadata
-from .settings import DATASET_KEY, LOAD_KEY, AssetSettings, resolve_settings, unwrap_metadata
+from .finalization import published_metadata
+from .loading import (
+    allow_missing,
+    dataset_path,
+    input_columns,
+    input_mode,
+    locate,
+    select_columns,
+)
+from .metadata import counters_metadata
+from .progress_log import launch_in_step
+from .publish import AuditFailedError, AuditPolicy, finalize_version, run_liveness
+from .settings import (
+    ASSET_COLUMNS_KEY,
+    LOAD_MODES,
+    AssetSettings,
+    resolve_settings,
+)
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
 from .tables import open_version, written_asset_columns
-
-LOAD_MODES = ("table", "version", "pending")
 
 
 def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str, int]:
@@ -122,6 +136,14 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         description=(
             "Finalize and publish in the asset's own step, for assets without a finalization "
             "asset (per asset: refiner/finalize_inline)."
+        ),
+    )
+
+    progress_log_seconds: float = Field(
+        default=10.0,
+        description=(
+            "The engine's progress lines go to the Dagster run log at most once per this many "
+            "seconds per stage (and each stage's last line); they always reach the step's stderr."
         ),
     )
 
@@ -221,22 +243,29 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         try:
             write_stage = version.writer(pipeline, assets).write_stage
             write_only = mdr.PipelineSequence([write_stage])
-            stats = write_only.launch_local(
-                name=context.asset_key.to_user_string(), num_workers=settings.num_workers
+            stats = launch_in_step(
+                write_only, context, settings.num_workers, self.progress_log_seconds
             )
             counters = committed_counters(version, stats.run_id)
+            asset_columns = written_asset_columns(write_stage.pipeline, self._asset_mode)
             storage.record(
                 version,
                 state=WRITTEN,
                 engine_run_id=stats.run_id,
                 written_at=time.time(),
                 write_seconds=round(time.monotonic() - started, 3),
-                asset_columns=written_asset_columns(write_stage.pipeline, self._asset_mode),
+                asset_columns=asset_columns,
                 **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
             )
         except BaseException:
             storage.discard(version)
             raise
+        if not asset_columns:
+            context.log.warning(
+                f"{where} has no asset columns, so {type(self).__name__} packed or copied no "
+                "media (assets_written=0): declare them with dtypes=, e.g. "
+                "dtypes={'image': mdr.datatype.image_path()} on the source or map step"
+            )
         metadata: dict[str, Any] = {
             **counters_metadata(counters, keys=(*manifests.COUNTER_KEYS, "shards")),
             "dagster/uri": dg.MetadataValue.path(version.url),
@@ -244,33 +273,51 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "refiner/format": dg.MetadataValue.text(settings.format),
             "refiner/run_id": dg.MetadataValue.text(stats.run_id),
             "refiner/state": dg.MetadataValue.text("written (its finalization asset publishes it)"),
+            ASSET_COLUMNS_KEY: dg.MetadataValue.json(asset_columns),
         }
         if settings.finalize_inline:
-            summary = finalize_version(version)
-            metadata.update(summary_metadata(summary, uri=version.url))
+            try:
+                summary = finalize_version(
+                    version, audit=AuditPolicy(), is_live=run_liveness(self._instance)
+                )
+            except AuditFailedError as exc:
+                raise dg.Failure(
+                    description=str(exc), metadata={"failed_checks": exc.failed}
+                ) from exc
+            metadata.update(published_metadata(version, summary))
             metadata["refiner/state"] = dg.MetadataValue.text("published")
         context.add_output_metadata(metadata)
 
     # input -----------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
-        mode = unwrap_metadata(context.definition_metadata.get(LOAD_KEY, "table"))
-        if mode not in LOAD_MODES:
-            raise ValueError(
-                f"input {context.name!r}: metadata {LOAD_KEY}={mode!r} is not one of {LOAD_MODES}"
-            )
-        asset_path = _dataset_path(context)
+        """What the input receives follows its annotation and metadata (:mod:`.loading`)."""
+        mode = input_mode(context)
+        columns = input_columns(context) if mode == "table" else None
+        asset_path = dataset_path(context)
         storage = self.storage(context.instance)
         partitions: list[str | None] = (
             list(context.asset_partition_keys) if context.has_asset_partitions else [None]
         )
         run_version = f"v-{short_run_id(self._run_id)}" if self._run_id else None
+        skip_missing = allow_missing(context) and partitions != [None]
         loaded = {}
         for key in partitions:
-            version = _locate(storage, asset_path, key, mode, run_version)
-            loaded[key] = open_version(version) if mode == "table" else version
+            try:
+                version = locate(storage, asset_path, key, mode, run_version)
+            except FileNotFoundError:
+                if skip_missing:
+                    context.log.info(f"input {context.name!r}: partition {key!r} has no version")
+                    continue
+                raise
+            if mode != "table":
+                loaded[key] = version
+            elif columns is not None:
+                loaded[key] = select_columns(version, columns, f"input {context.name!r}")
+            else:
+                loaded[key] = open_version(version)
         if partitions == [None]:
             return loaded[None]
-        if len(partitions) == 1 and context.has_partition_key:
+        if len(partitions) == 1 and context.has_partition_key and loaded:
             return loaded[partitions[0]]
         return loaded
 
@@ -376,41 +423,6 @@ def _single_partition(context: dg.OutputContext, where: str) -> str | None:
             "managers write one partition per run. Launch the backfill with one run per partition"
         )
     return keys[0]
-
-
-def _dataset_path(context: dg.InputContext) -> list[str]:
-    """The dataset asset behind an input (a finalization asset points at its dataset)."""
-    upstream = context.upstream_output
-    metadata = upstream.definition_metadata if upstream is not None else {}
-    dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
-    if dataset:
-        return dg.AssetKey.from_user_string(str(dataset)).path
-    return list(context.asset_key.path)
-
-
-def _locate(
-    storage: DatasetStorage,
-    asset_path: list[str],
-    key: str | None,
-    mode: str,
-    run_version: str | None,
-) -> DatasetVersion:
-    where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
-    if mode == "pending":
-        version = storage.pending(asset_path, key, prefer=run_version)
-        version = version or storage.current(asset_path, key)
-        if version is not None:
-            return version
-        raise FileNotFoundError(
-            f"{where} has no written version under {storage.url}; materialize the asset first"
-        )
-    current = storage.current(asset_path, key)
-    if current is None:
-        raise FileNotFoundError(
-            f"{where} has no published version under {storage.url}: materialize it and then its "
-            "finalization asset (build_finalization_asset), or set finalize_inline=True"
-        )
-    return current
 
 
 __all__ = [

@@ -20,7 +20,8 @@ Assets (group ``refiner_demo``)::
         -> episodes_with_gap_finalized         (missing_assets = cells_nulled = 1)
 
 Every finalization asset carries the ``missing_assets`` and ``reference_integrity``
-checks. ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
+checks. ``episode_thumbnails`` (and its finalization) is declared in YAML
+instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
 ``episodes_export`` job is the fan-out write graph (plan -> write x N -> finalize)
@@ -32,6 +33,7 @@ Where data lands: generated inputs under :func:`~refiner_dagster.demo.data.demo_
 """
 
 import asyncio
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -44,6 +46,7 @@ from refiner_dagster import (
     build_finalization_asset,
     build_write_job,
 )
+from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.demo.data import (
     LONG_EPISODE_FRAMES,
     demo_data_dir,
@@ -239,14 +242,27 @@ episodes_export = build_write_job(
     description="Fan-out write: plan the export's shards, write them in parallel, finalize.",
 )
 
-defs = dg.Definitions(
-    assets=DEMO_ASSETS,
-    asset_checks=DEMO_CHECKS,
-    jobs=[demo_refresh, episodes_export],
-    schedules=[demo_refresh_schedule],
-    sensors=[demo_drop_sensor],
-    resources={
-        "refiner_blobs": RefinerBlobIOManager(),
-        "refiner_files": RefinerFileIOManager(),
-    },
+
+def _component_defs() -> dg.Definitions:
+    """The datasets declared in YAML under ``defs/`` (``RefinerDatasetComponent``)."""
+    with warnings.catch_warnings():
+        # load_defs reads a defs package without a dg project file, which an installed
+        # package does not have; its successor load_from_defs_folder needs one
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return dg.load_defs(defs_root=component_defs_folder, project_root=Path(__file__).parent)
+
+
+defs = dg.Definitions.merge(
+    _component_defs(),
+    dg.Definitions(
+        assets=DEMO_ASSETS,
+        asset_checks=DEMO_CHECKS,
+        jobs=[demo_refresh, episodes_export],
+        schedules=[demo_refresh_schedule],
+        sensors=[demo_drop_sensor],
+        resources={
+            "refiner_blobs": RefinerBlobIOManager(),
+            "refiner_files": RefinerFileIOManager(),
+        },
+    ),
 )

@@ -38,6 +38,9 @@ DEMO_ASSETS = {
     "episode_dataset_repacked_finalized",
     "episodes_with_gap",
     "episodes_with_gap_finalized",
+    # declared in YAML (RefinerDatasetComponent, demo/defs/episode_thumbnails)
+    "episode_thumbnails",
+    "episode_thumbnails_finalized",
 }
 CHROMIUM_FLAGS = [
     "--headless",
@@ -164,6 +167,7 @@ def test_graphql_serves_demo_asset_graph(webserver: str) -> None:
     assert deps("episode_dataset_finalized") == {"episode_dataset"}
     assert deps("episode_dataset_repacked") == {"episode_dataset_finalized"}
     assert deps("episodes_with_gap_finalized") == {"episodes_with_gap"}
+    assert deps("episode_thumbnails_finalized") == {"episode_thumbnails"}
 
     repositories = graphql(
         webserver,
@@ -174,9 +178,12 @@ def test_graphql_serves_demo_asset_graph(webserver: str) -> None:
     (repository,) = repositories
     assert repository["location"]["name"] == "refiner_demo"
     assert {"demo_refresh", "episodes_export"} <= {j["name"] for j in repository["jobs"]}
-    (sensor,) = repository["sensors"]
+    # the finalizations' eager automation conditions bring Dagster's automation sensor
+    names = [sensor["name"] for sensor in repository["sensors"]]
+    assert names == ["default_automation_condition_sensor", "demo_drop_sensor"]
+    sensor = repository["sensors"][1]
     (schedule,) = repository["schedules"]
-    assert (sensor["name"], schedule["name"]) == ("demo_drop_sensor", "demo_refresh_daily")
+    assert schedule["name"] == "demo_refresh_daily"
     assert schedule["cronSchedule"] == "0 4 * * *"
     # Both start stopped, and say so where they are switched on.
     assert "Starts stopped" in sensor["description"]
