@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 import refiner_core as mdr
@@ -210,11 +209,11 @@ class RefinerDatasetComponent(dg.Component, dg.Model, dg.Resolvable):
 
     def io_manager(self) -> RefinerBlobIOManager | RefinerFileIOManager:
         storage = self.storage
-        s3 = (
-            S3Resource(**storage.s3.model_dump(exclude_none=True))
-            if storage.s3 is not None
-            else None
-        )
+        s3 = None
+        if storage.s3 is not None:
+            from dagster_aws.s3 import S3Resource  # seconds to import: only for S3 storage
+
+            s3 = S3Resource(**storage.s3.model_dump(exclude_none=True))
         kind = RefinerBlobIOManager if self.packing == "blobs" else RefinerFileIOManager
         options: dict[str, Any] = {"format": self.format, "missing_policy": self.missing_policy}
         if self.packing == "blobs":
