@@ -188,7 +188,10 @@ def _first_launch(media: list[str], out: str, rundir: str, mode: str, point, tar
             global FAULT
             FAULT = seeded_fault(point, target, seed, os.getpid())
             _install_fault_points()
-            sequence(media, out, mode).launch_local(num_workers=WORKERS, rundir=rundir)
+            # forked workers inherit the armed fault (another start method would not)
+            sequence(media, out, mode).launch_local(
+                num_workers=WORKERS, rundir=rundir, start_method="fork"
+            )
             code = 0
         except BaseException:
             with open(os.path.join(rundir, "launcher-error.txt"), "w") as f:

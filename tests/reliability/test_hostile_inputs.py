@@ -422,7 +422,8 @@ def test_a_damaged_run_json_fails_the_resume_naming_the_file_and_the_fix(content
 def test_run_json_is_replaced_whole(tmp_path):
     rundir = tmp_path / "run"
     mdr.from_items([{"a": 1}]).write_parquet(str(tmp_path / "out")).launch_local(rundir=str(rundir))
-    assert sorted(os.listdir(rundir)) == ["run.json", "stage-000"]  # no temporary left over
+    # no temporary left over
+    assert sorted(os.listdir(rundir)) == ["fingerprint.json", "run.json", "stage-000"]
     (rundir / "stage-000" / "00000.json").write_text("")
     with pytest.raises(ValueError, match="a completed shard's marker.*Delete the file"):
         mdr.from_items([{"a": 1}]).write_parquet(str(tmp_path / "out")).launch_local(
