@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import s3fs
 
 import refiner_core as mdr
-from tests.s3_fixtures import s3_bucket, s3_server, s3_storage_options  # noqa: F401
+from tests.s3_fixtures import s3_bucket, s3_proxy, s3_server, s3_storage_options  # noqa: F401
 
 REFINER = Path(sys.executable).parent / "refiner"
 
@@ -199,3 +199,31 @@ def test_inspect_verify_preview_on_s3(
     assert (
         "row 3 (" in done.stderr and f"column image: s3://{block} [{sum(sizes[:3])}," in done.stderr
     )
+
+
+def test_verify_reads_checksummed_references_in_batched_ranged_reads(
+    s3_bucket: str,  # noqa: F811
+    s3_proxy,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    options = s3_proxy.storage_options()
+    paths = images(tmp_path / "src", 24)
+    url = f"s3://{s3_bucket}/datasets/checked"
+    mdr.from_items(
+        [{"i": i, "image": p} for i, p in enumerate(paths)],
+        items_per_shard=24,
+        dtypes={"image": mdr.datatype.image_path()},
+    ).write_parquet(
+        url,
+        assets=mdr.BlobAssetConfig(target_bytes=1 << 20, checksum="sha256"),
+        storage_options=options,
+    ).launch_local()
+    s3_proxy.clear()
+    location = ["--endpoint-url", s3_proxy.endpoint_url]
+    done = refiner("verify", url, *location)
+    assert done.returncode == 0, done.stderr
+    assert "24 blob references, 0 file paths, 24 checksums" in done.stdout
+    block_reads = [
+        r for r in s3_proxy.records("GetObject") if r.path.endswith(".bin")
+    ]  # the 24 adjacent references of one block: one merged ranged read, not 24
+    assert 1 <= len(block_reads) <= 2, [r.path for r in block_reads]
