@@ -283,18 +283,21 @@ class DatasetStorage:
     ) -> list[str]:
         """Delete versions created before ``published`` (newer ones may still be running).
 
-        A version still in state ``writing`` or ``written`` is deleted only when ``is_live``
-        says the Dagster run writing it has finished (it crashed, was cancelled, or left
-        finalization to another run); without ``is_live`` such versions are kept, since
-        another run may still be writing or finalizing them.
+        A version still in state ``writing`` is deleted only when ``is_live`` says the
+        Dagster run writing it has finished (it crashed or was cancelled); without
+        ``is_live`` such versions are kept, since another run may still be writing them.
+        A ``written`` version is kept while ``is_live`` says its run is still live (its
+        finalization may be running).
         """
         created = published.record.get("created_at", 0.0)
         removed = []
         for v in self.versions(published.asset_path, published.partition_key):
             if v.name == published.name or v.record.get("created_at", 0.0) > created:
                 continue
-            if v.state in (WRITING, WRITTEN) and _maybe_live(v, is_live):
-                continue  # its run may still be writing or finalizing it
+            if v.state == WRITING and _maybe_live(v, is_live):
+                continue  # its run may still be writing it
+            if v.state == WRITTEN and is_live is not None and _maybe_live(v, is_live):
+                continue  # its live run may be finalizing it
             self._delete(v)
             removed.append(v.name)
         return removed
