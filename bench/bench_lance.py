@@ -120,9 +120,11 @@ def fresh_baseline(table: pa.Table | None, parquet: str | None, uri: str) -> flo
     return call_forked(_baseline, table, parquet, uri)
 
 
-def refiner(pipeline: mdr.Pipeline, uri: str, workers: int) -> float:
+def refiner(
+    pipeline: mdr.Pipeline, uri: str, workers: int, start_method: str | None = None
+) -> float:
     started = time.perf_counter()
-    stats = pipeline.write_lance(uri).launch_local(num_workers=workers)
+    stats = pipeline.write_lance(uri).launch_local(num_workers=workers, start_method=start_method)
     elapsed = time.perf_counter() - started
     assert stats.summary["commit"]["version"] == 1
     return elapsed
@@ -197,6 +199,12 @@ def main() -> None:
     parser.add_argument(
         "--no-prime", action="store_true", help="do not prime memory before each run"
     )
+    parser.add_argument(
+        "--start-method",
+        default=None,
+        choices=("fork", "forkserver", "spawn"),
+        help="how launch_local starts its workers (default: its own default, fork)",
+    )
     args = parser.parse_args()
 
     table = make_table(args.rows)
@@ -216,7 +224,9 @@ def main() -> None:
                 args.repeat,
                 lambda uri: fresh_baseline(table, None, uri),
                 lambda uri: warm_baseline(table, None, uri),
-                lambda uri, memory=memory, workers=workers: refiner(memory, uri, workers),
+                lambda uri, memory=memory, workers=workers: refiner(
+                    memory, uri, workers, args.start_method
+                ),
                 scratch,
                 args.rows,
                 prime_bytes,

@@ -4,10 +4,15 @@ Runs the same tiny pipeline (one shard of 100 rows, one ``map``) three ways, eac
 median of ``--repeat`` runs, interleaved::
 
     python bench/bench_launch.py --repeat 7
+    python bench/bench_launch.py --repeat 7 --start-method fork forkserver spawn
 
 - baseline: ``materialize()`` in this process (no workers, no sink);
 - ``launch_local()`` of the pipeline (one stage: a worker process runs the shard);
 - ``write_parquet(...).launch_local()`` (two stages: the write and its finalization).
+
+The two launches run once per ``--start-method`` (``fork`` by default; several are
+interleaved in one run). Workers started by ``forkserver`` or ``spawn`` are fresh
+interpreters that import refiner and receive the stage pickled with cloudpickle.
 
 Reported: wall time from the call to the returned stats, and each stage's own time as
 the launcher measured it (the write stage starts workers; finalization runs in process).
@@ -18,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,13 +52,14 @@ def run_materialize() -> list[float]:
     return []
 
 
-def run_launch() -> list[float]:
-    return [stage.elapsed_s for stage in pipeline().launch_local().stages]
+def run_launch(start_method: str) -> list[float]:
+    stats = pipeline().launch_local(start_method=start_method)
+    return [stage.elapsed_s for stage in stats.stages]
 
 
-def run_write(folder: str) -> list[float]:
+def run_write(folder: str, start_method: str) -> list[float]:
     out = tempfile.mkdtemp(dir=folder)
-    stats = pipeline().write_parquet(out).launch_local()
+    stats = pipeline().write_parquet(out).launch_local(start_method=start_method)
     assert stats.summary["rows_written"] == ROWS
     return [stage.elapsed_s for stage in stats.stages]
 
@@ -66,14 +75,18 @@ def measure(fn) -> tuple[float, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--start-method", nargs="+", default=["fork"], choices=["fork", "forkserver", "spawn"]
+    )
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="refiner-bench-launch-")
     try:
-        cases = {
-            "materialize (baseline)": run_materialize,
-            "launch_local, 1 stage": run_launch,
-            "write_parquet + finalize, 2 stages": lambda: run_write(folder),
-        }
+        cases: dict[str, Callable[[], list[float]]] = {"materialize (baseline)": run_materialize}
+        for method in args.start_method:
+            cases[f"{method}: launch_local, 1 stage"] = functools.partial(run_launch, method)
+            cases[f"{method}: write_parquet + finalize"] = functools.partial(
+                run_write, folder, method
+            )
         for fn in cases.values():  # warm up imports
             measure(fn)
         totals: dict[str, list[float]] = {name: [] for name in cases}
@@ -88,6 +101,9 @@ def main() -> None:
 
     base = statistics.median(totals["materialize (baseline)"])
     print(f"one shard of {ROWS} rows, median of {args.repeat} runs")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work skews timings)"
+    )
     print(f"{'':38}{'total s':>10}{'x baseline':>12}   each stage s (launcher's own timing)")
     worst = 0.0
     for name, values in totals.items():

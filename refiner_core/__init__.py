@@ -16,14 +16,17 @@ from typing import Any
 
 from . import datatype
 from .errors import RefinerError, StageFailed, StepError
+from .execution.fingerprint import RunDirMismatch
 from .execution.launcher import LaunchStats
-from .io import DataFile, DataFolder, read_blob
+from .io import ChecksumMismatchError, DataFile, DataFolder, iter_blobs, read_blob, read_blobs
+from .io.ownership import OutputFolderBusy, OwnershipLost
 from .pipeline.pipeline import Pipeline
 from .pipeline.sequence import PipelineSequence
 from .row import Row
 from .sinks.assets import BlobAssetConfig, FileAssetConfig
 from .sources import MAX_SHARDS, ItemsSource, JsonlSource, ParquetSource, Shard
 from .sources.base import DEFAULT_TARGET_SHARD_BYTES
+from .sources.committed import UncommittedOutput
 
 # Submodules that are public as a whole, besides the names in ``__all__``: integrations
 # such as refiner_dagster import only these and ``__all__``.
@@ -38,8 +41,15 @@ def read_parquet(
     num_shards: int | None = None,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
+    uncommitted: bool = False,
 ) -> Pipeline:
-    """Read Parquet files (path, glob, folder or list; local or any fsspec URL)."""
+    """Read Parquet files (path, glob, folder or list; local or any fsspec URL).
+
+    A folder written by refiner reads as exactly the files its finalization summary
+    (``_refiner/summary.json``) lists; one that was never finalized raises
+    ``UncommittedOutput`` unless ``uncommitted=True``, which reads every Parquet file
+    in it. Other folders read as all the Parquet files below them.
+    """
     return Pipeline(
         ParquetSource(
             inputs,
@@ -48,6 +58,7 @@ def read_parquet(
             num_shards=num_shards,
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
+            uncommitted=uncommitted,
         )
     )
 
@@ -59,8 +70,13 @@ def read_jsonl(
     num_shards: int | None = None,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
+    uncommitted: bool = False,
 ) -> Pipeline:
-    """Read JSON Lines files; shards are byte ranges cut at newlines."""
+    """Read JSON Lines files; shards are byte ranges cut at newlines.
+
+    Refiner output folders read as their committed files, as in :func:`read_parquet`
+    (``uncommitted=True`` reads every JSONL file of an unfinalized one).
+    """
     return Pipeline(
         JsonlSource(
             inputs,
@@ -68,6 +84,7 @@ def read_jsonl(
             num_shards=num_shards,
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
+            uncommitted=uncommitted,
         )
     )
 
@@ -118,21 +135,28 @@ def from_items(
 __all__ = [
     "MAX_SHARDS",
     "BlobAssetConfig",
+    "ChecksumMismatchError",
     "DataFile",
     "DataFolder",
     "FileAssetConfig",
     "LaunchStats",
+    "OutputFolderBusy",
+    "OwnershipLost",
     "Pipeline",
     "PipelineSequence",
     "RefinerError",
     "Row",
+    "RunDirMismatch",
     "Shard",
     "StageFailed",
     "StepError",
+    "UncommittedOutput",
     "datatype",
     "from_items",
     "inference",
+    "iter_blobs",
     "read_blob",
+    "read_blobs",
     "read_jsonl",
     "read_lance",
     "read_parquet",

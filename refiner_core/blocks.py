@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .asset_values import check_python_values
 from .row import Row
 
 DEFAULT_ROW_BLOCK_ROWS = 1024
@@ -77,6 +78,7 @@ class SchemaBuilder:
             field = self.declared.get(name) or self.fixed.get(name) or self.hint.get(name)
             array = None
             if field is not None:
+                check_python_values(name, values, field, shard_id=shard_id, first_row=first_row)
                 try:
                     array = pa.array(values, type=field.type)
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:

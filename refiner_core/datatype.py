@@ -48,6 +48,10 @@ ASSET_FORMS = ("path", "bytes", "blob")
 BLOB_REFERENCE_TYPE = pa.struct(
     [pa.field("path", pa.string()), pa.field("offset", pa.uint64()), pa.field("size", pa.uint64())]
 )
+# The reference of ``BlobAssetConfig(checksum=...)``: ``checksum`` is "<algorithm>:<hex>".
+CHECKSUMMED_BLOB_REFERENCE_TYPE = pa.struct(
+    [*BLOB_REFERENCE_TYPE, pa.field("checksum", pa.string())]
+)
 
 
 @dataclass(frozen=True)
@@ -116,9 +120,12 @@ def audio_bytes() -> DType:
     return _asset(pa.binary(), "audio", "bytes")
 
 
-def blob_reference(kind: str = "file") -> DType:
-    """A ``{path, offset, size}`` struct column pointing at a byte range of a blob."""
-    return _asset(BLOB_REFERENCE_TYPE, kind, "blob")
+def blob_reference(kind: str = "file", *, checksum: bool = False) -> DType:
+    """A ``{path, offset, size}`` struct column pointing at a byte range of a blob;
+    ``checksum=True`` adds the ``checksum`` string field (``"<algorithm>:<hex>"``)."""
+    return _asset(
+        CHECKSUMMED_BLOB_REFERENCE_TYPE if checksum else BLOB_REFERENCE_TYPE, kind, "blob"
+    )
 
 
 def list_(value_type: DType | pa.DataType) -> DType | pa.DataType:
@@ -164,14 +171,16 @@ def asset_of(field_: pa.Field) -> AssetInfo | None:
     return AssetInfo(kind=kind.decode(), form=form.decode(), is_list=is_list)
 
 
-def with_asset_form(field_: pa.Field, form: str) -> pa.Field:
-    """Return ``field_`` re-typed for a new asset form (path, bytes or blob), keeping its kind."""
+def with_asset_form(field_: pa.Field, form: str, *, checksum: bool = False) -> pa.Field:
+    """Return ``field_`` re-typed for a new asset form (path, bytes or blob), keeping its kind;
+    ``checksum=True`` gives blob references their ``checksum`` field."""
     info = asset_of(field_)
     if info is None:
         raise ValueError(f"column {field_.name!r} is not an asset column")
     if form not in ASSET_FORMS:
         raise ValueError(f"asset form must be one of {ASSET_FORMS}, got {form!r}")
-    scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": BLOB_REFERENCE_TYPE}[form]
+    blob = CHECKSUMMED_BLOB_REFERENCE_TYPE if checksum else BLOB_REFERENCE_TYPE
+    scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": blob}[form]
     arrow_type = pa.list_(scalar) if info.is_list else scalar
     metadata = dict(field_.metadata or {})
     metadata[FORM_KEY] = form.encode()

@@ -3,15 +3,18 @@
 - :class:`RefinerBlobIOManager` / :class:`RefinerFileIOManager`: an asset returns a lazy
   ``mdr.Pipeline``; the IO manager writes it (media packed into blocks, or copied one
   file each) into a new version folder under its storage.
-- :func:`build_finalization_asset`: the downstream asset that runs the reducer,
-  publishes the version and records the counters as materialization metadata.
-- :func:`build_dataset_checks`: missing-asset and reference-integrity asset checks.
+- :func:`build_finalization_asset`: the downstream asset that runs the reducer, audits
+  the version (missing-asset and reference-integrity checks), publishes it and records
+  the counters and table metadata as materialization metadata.
+- :func:`build_dataset_checks`: the same checks on a published version (inline-finalized
+  datasets, or finalizations built with ``checks=False``).
 - :func:`build_dataset_asset`: one dataset asset written by ``plan -> write x N ->
   finalize`` steps, so any Dagster executor spreads the write over processes or machines.
 - :func:`refiner_write_graph` / :func:`build_write_job`: plan -> write (fanned out
   with dynamic outputs) -> finalize, for any executor.
 - :func:`build_source_sensor` / :func:`build_refresh_schedule`: reprocessing runs for new
   or changed source files, and scheduled dataset refreshes.
+- :class:`RefinerDatasetComponent`: the same, declared in a ``defs.yaml``.
 
 Example:
     >>> import dagster as dg, refiner_core as mdr
@@ -19,10 +22,9 @@ Example:
     >>> @dg.asset(io_manager_key="refiner")
     ... def episodes() -> mdr.Pipeline:
     ...     return mdr.from_items([{"episode": i} for i in range(3)])
-    >>> episodes_finalized = rd.build_finalization_asset(episodes)
+    >>> episodes_finalized = rd.build_finalization_asset(episodes)  # audits, then publishes
     >>> defs = dg.Definitions(
     ...     assets=[episodes, episodes_finalized],
-    ...     asset_checks=rd.build_dataset_checks(episodes_finalized),
     ...     resources={"refiner": rd.RefinerBlobIOManager()},
     ... )
 """
@@ -37,8 +39,9 @@ from .checks import (
     missing_assets_result,
     scan_references,
 )
+from .component import RefinerDatasetComponent
 from .fanout import FanoutConfig, FanoutPlan, FanoutTask, build_dataset_asset
-from .finalization import build_finalization_asset, finalize_version
+from .finalization import build_finalization_asset, dataset_pool, finalize_version
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .metadata import summary_markdown, summary_metadata
 from .ops import (
@@ -50,10 +53,12 @@ from .ops import (
     build_write_op,
     refiner_write_graph,
 )
+from .publish import AuditFailedError, AuditPolicy
 from .schedules import build_refresh_schedule
-from .sensors import build_source_sensor
-from .settings import LOAD_KEY, AssetSettings
+from .sensors import build_source_sensor, partition_source_url
+from .settings import LOAD_KEY, AssetSettings, validate_asset_metadata
 from .storage import DatasetStorage, DatasetVersion, partition_dirname, short_run_id
+from .table_metadata import column_schema
 
 __all__ = [
     # IO managers and storage
@@ -73,6 +78,11 @@ __all__ = [
     # finalization and checks
     "build_finalization_asset",
     "finalize_version",
+    "dataset_pool",
+    "AuditPolicy",
+    "AuditFailedError",
+    "validate_asset_metadata",
+    "column_schema",
     "build_dataset_checks",
     "missing_assets_result",
     "scan_references",
@@ -91,5 +101,8 @@ __all__ = [
     "WriteTask",
     # automation
     "build_source_sensor",
+    "partition_source_url",
     "build_refresh_schedule",
+    # components
+    "RefinerDatasetComponent",
 ]

@@ -8,7 +8,9 @@ asset (they run after it published the version):
 - ``reference_integrity``: every blob reference ``{path, offset, size}`` lies inside
   its block (the block exists and ``offset + size <= block size``), and with the
   file IO manager every copied file exists. Above ``sample_threshold`` references a
-  uniform random sample of ``sample_size`` is checked and the rate reported.
+  uniform random sample of ``sample_size`` is checked and the rate reported. References
+  that carry a checksum (``BlobAssetConfig(checksum=...)``) have it verified too: all of
+  them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
 """
 
 import random
@@ -21,12 +23,18 @@ import dagster as dg
 
 import refiner_core as mdr
 from refiner_core.io import resolve, validate_reference
-from refiner_core.manifests import DatasetSummary
 
-from .settings import DATASET_KEY, LOAD_KEY, unwrap_metadata
-from .storage import DatasetVersion, one_version
+from .checksum_audit import (
+    DEFAULT_CHECKSUM_FULL_BELOW,
+    DEFAULT_CHECKSUM_SAMPLE_RATE,
+    verify_checksums,
+)
+from .settings import DATASET_KEY, unwrap_metadata, validate_asset_metadata
+from .storage import DatasetVersion
 from .tables import open_version, version_schema
 
+# Definition metadata of a finalization asset that audits before publishing.
+AUDITS_KEY = "refiner/audits"
 MISSING_ASSETS_CHECK = "missing_assets"
 REFERENCE_INTEGRITY_CHECK = "reference_integrity"
 DEFAULT_SAMPLE_THRESHOLD = 100_000
@@ -34,32 +42,47 @@ DEFAULT_SAMPLE_SIZE = 10_000
 _SHOWN_FAILURES = 5
 
 
-def missing_assets_result(summary: DatasetSummary | None) -> dg.AssetCheckResult:
-    """Pass when nothing was missing; otherwise a WARN with what the policy did.
+def missing_fraction(summary: dict[str, Any]) -> float:
+    """Missing source assets over all the source assets the write met (0 when none)."""
+    missing = int(summary.get("missing_assets", 0))
+    seen = missing + int(summary.get("assets_written", 0))
+    return missing / seen if seen else 0.0
 
-    ``summary`` is the version's finalization summary (``None``: not finalized, nothing
-    recorded as missing).
-    """
-    counters = summary.counters if summary is not None else {}
-    policy = summary.missing_policy if summary is not None else None
-    missing = counters.get("missing_assets", 0)
-    nulled, dropped = counters.get("cells_nulled", 0), counters.get("rows_dropped", 0)
+
+def missing_assets_result(
+    summary: dict[str, Any], *, max_missing_fraction: float | None = None
+) -> dg.AssetCheckResult:
+    """Pass when nothing was missing; otherwise a WARN with what the policy did, or an
+    ERROR when the missing fraction is above ``max_missing_fraction``."""
+    missing = int(summary.get("missing_assets", 0))
+    fraction = missing_fraction(summary)
     metadata = {
         "missing_assets": dg.MetadataValue.int(missing),
-        "cells_nulled": dg.MetadataValue.int(nulled),
-        "rows_dropped": dg.MetadataValue.int(dropped),
-        "missing_policy": dg.MetadataValue.text(str(policy or "none")),
+        "cells_nulled": dg.MetadataValue.int(int(summary.get("cells_nulled", 0))),
+        "rows_dropped": dg.MetadataValue.int(int(summary.get("rows_dropped", 0))),
+        "missing_policy": dg.MetadataValue.text(str(summary.get("missing_policy") or "none")),
     }
+    if max_missing_fraction is not None:
+        metadata["missing_fraction"] = dg.MetadataValue.float(round(fraction, 6))
+        metadata["max_missing_fraction"] = dg.MetadataValue.float(float(max_missing_fraction))
     if missing == 0:
         return dg.AssetCheckResult(passed=True, metadata=metadata)
+    description = (
+        f"{missing} source asset(s) were missing: {summary.get('cells_nulled', 0)} cell(s) set "
+        f"to null, {summary.get('rows_dropped', 0)} row(s) dropped "
+        f"(missing_policy={summary.get('missing_policy')!r})"
+    )
+    too_many = max_missing_fraction is not None and fraction > max_missing_fraction
+    if too_many:
+        description += (
+            f"; {fraction:.2%} of the source assets are missing, above max_missing_fraction="
+            f"{max_missing_fraction}"
+        )
     return dg.AssetCheckResult(
         passed=False,
-        severity=dg.AssetCheckSeverity.WARN,
+        severity=dg.AssetCheckSeverity.ERROR if too_many else dg.AssetCheckSeverity.WARN,
         metadata=metadata,
-        description=(
-            f"{missing} source asset(s) were missing: {nulled} cell(s) set "
-            f"to null, {dropped} row(s) dropped (missing_policy={policy!r})"
-        ),
+        description=description,
     )
 
 
@@ -70,6 +93,7 @@ class _Reference:
     path: str
     offset: int | None = None
     size: int | None = None
+    checksum: str | None = None
 
 
 @dataclass
@@ -81,6 +105,8 @@ class IntegrityReport:
     blocks: int = 0
     failures: list[str] = field(default_factory=list)
     failure_count: int = 0
+    checksums_verified: int = 0
+    checksum_failures: int = 0
 
     @property
     def sampling_rate(self) -> float:
@@ -106,7 +132,12 @@ def _iter_references(pipeline: mdr.Pipeline, columns: dict[str, str]) -> Iterato
                     continue
                 if form == "blob":
                     yield _Reference(
-                        name, index, item.get("path"), item.get("offset"), item.get("size")
+                        name,
+                        index,
+                        item.get("path"),
+                        item.get("offset"),
+                        item.get("size"),
+                        item.get("checksum"),
                     )
                 else:
                     yield _Reference(name, index, item)
@@ -139,6 +170,8 @@ def scan_references(
     sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
+    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
 ) -> IntegrityReport:
     """Check the references of ``version``'s asset columns against storage."""
     columns = _asset_columns(version_schema(version))
@@ -151,14 +184,46 @@ def scan_references(
     )
     report.total, report.checked = total, len(chosen)
     sizes: dict[str, int | None] = {}
+    intact: list[_Reference] = []
     for ref in chosen:
         problem = _check(ref, sizes, version)
         if problem:
             report.failure_count += 1
             if len(report.failures) < _SHOWN_FAILURES:
                 report.failures.append(problem)
+        elif ref.checksum:
+            intact.append(ref)
     report.blocks = len(sizes)
+    _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
     return report
+
+
+def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
+    """Verify the checksums of in-bounds references (a sample on large datasets)."""
+    pairs = [
+        (
+            f"column {r.column!r} row {r.row}",
+            {"path": r.path, "offset": r.offset, "size": r.size, "checksum": r.checksum},
+        )
+        for r in refs
+    ]
+    audit = verify_checksums(
+        pairs,
+        rate=rate,
+        full_below=full_below,
+        seed=seed,
+        storage_options=_options_for(pairs[0][1]["path"], version) if pairs else None,
+    )
+    report.checksums_verified = audit.verified
+    report.checksum_failures = audit.failure_count
+    report.failure_count += audit.failure_count
+    report.failures.extend(audit.failures[: max(0, _SHOWN_FAILURES - len(report.failures))])
+
+
+def _options_for(path: str, version: DatasetVersion) -> dict[str, Any] | None:
+    """The version's storage options for a path on the version's store, else none."""
+    same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
+    return (version.storage_options or None) if same_store and "://" in version.url else None
 
 
 def _size_of(path: str, sizes: dict[str, int | None], version: DatasetVersion) -> int | None:
@@ -202,6 +267,8 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
         "sampling_rate": dg.MetadataValue.float(round(report.sampling_rate, 6)),
         "blocks_checked": dg.MetadataValue.int(report.blocks),
         "failures": dg.MetadataValue.int(report.failure_count),
+        "checksums_verified": dg.MetadataValue.int(report.checksums_verified),
+        "checksum_failures": dg.MetadataValue.int(report.checksum_failures),
     }
     if report.failures:
         metadata["first_failures"] = dg.MetadataValue.md(
@@ -216,83 +283,146 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
 
 
 def build_dataset_checks(
-    finalization_asset: dg.AssetsDefinition,
+    asset: dg.AssetsDefinition,
     *,
     sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
     blocking: bool = False,
+    max_missing_fraction: float | None = None,
+    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
+    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
 ) -> list[dg.AssetChecksDefinition]:
-    """Missing-asset and reference-integrity checks on a finalization asset.
+    """Missing-asset and reference-integrity checks on a dataset's published version.
 
-    ``finalization_asset`` is what :func:`build_finalization_asset` returned; the checks
-    read the version it published (through the dataset's refiner IO manager) and
-    never load media bytes.
+    ``asset`` is either a finalization asset from
+    :func:`~refiner_dagster.build_finalization_asset` built with ``checks=False``, or a
+    dataset asset published inline (``refiner/finalize_inline``); the checks read the
+    version it published through the dataset's refiner IO manager and never load media
+    bytes. A finalization asset built with ``checks=True`` (the default) already runs
+    both checks before publishing, as its own ``check_specs``: for it this returns an
+    empty list (and refuses check options, which belong to ``build_finalization_asset``).
 
     Example:
         >>> import dagster as dg, refiner_core as mdr
         >>> from refiner_dagster import build_dataset_checks, build_finalization_asset
-        >>> @dg.asset(io_manager_key="refiner")
+        >>> @dg.asset(io_manager_key="refiner", metadata={"refiner/finalize_inline": True})
         ... def episodes() -> mdr.Pipeline:
         ...     return mdr.from_items([{"episode": 1}])
-        >>> checks = build_dataset_checks(build_finalization_asset(episodes))
+        >>> checks = build_dataset_checks(episodes, max_missing_fraction=0.05)
         >>> sorted(c.check_key.name for c in checks)
         ['missing_assets', 'reference_integrity']
+        >>> build_dataset_checks(build_finalization_asset(episodes))
+        []
     """
-    metadata = finalization_asset.metadata_by_key.get(finalization_asset.key, {})
-    dataset = unwrap_metadata(metadata.get(DATASET_KEY))
-    if not dataset:
+    if not isinstance(asset, dg.AssetsDefinition) or len(asset.keys) != 1:
         raise TypeError(
-            f"build_dataset_checks takes a finalization asset from build_finalization_asset; "
-            f"{finalization_asset.key.to_user_string()} is not one"
+            "build_dataset_checks takes a finalization asset (build_finalization_asset) or an "
+            f"inline-finalized dataset asset, got {asset!r}"
         )
-    target = finalization_asset.key
-    dataset_key = dg.AssetKey.from_user_string(str(dataset))
+    metadata = asset.metadata_by_key.get(asset.key, {})
     options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
-    if dataset_key == target:  # a fan-out dataset asset (build_dataset_asset) finalizes itself
-        from .fanout_checks import fanout_dataset_checks
-
-        return fanout_dataset_checks(finalization_asset, blocking=blocking, options=options)
-    ins = {"dataset": dg.AssetIn(key=dataset_key, metadata={LOAD_KEY: "version"})}
-    partitions_def = finalization_asset.partitions_def
-
+    checksum_options = {
+        "checksum_sample_rate": checksum_sample_rate,
+        "checksum_full_below": checksum_full_below,
+    }
+    if unwrap_metadata(metadata.get(AUDITS_KEY)):
+        defaults = {
+            "sample_threshold": DEFAULT_SAMPLE_THRESHOLD,
+            "sample_size": DEFAULT_SAMPLE_SIZE,
+        }
+        if options != {**defaults, "seed": 0} or max_missing_fraction is not None:
+            raise ValueError(
+                f"{asset.key.to_user_string()} already runs missing_assets and "
+                "reference_integrity before publishing; pass sample_threshold, sample_size, seed "
+                "and max_missing_fraction to build_finalization_asset instead"
+            )
+        return []
+    dataset = unwrap_metadata(metadata.get(DATASET_KEY))
+    if dataset:
+        dataset_key = dg.AssetKey.from_user_string(str(dataset))
+    else:
+        dataset_key = asset.key
+        validate_asset_metadata(metadata, where=f"asset {dataset_key.to_user_string()}")
+    io_key = asset.get_io_manager_key_for_asset_key(asset.key)
+    target = asset.key
+    check = _CheckTarget(
+        target,
+        dataset_key,
+        io_key,
+        asset.partitions_def,
+        blocking,
+        max_missing_fraction,
+        {**options, **checksum_options},
+    )
     with warnings.catch_warnings():
         # partitioned asset checks are a preview feature of Dagster; ours follow the asset's
         # partitions so each partition's version is checked on its own
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        checks = _define_checks(target, ins, partitions_def, blocking, options)
-    return checks
+        return _define_checks(check)
 
 
-def _define_checks(
-    target, ins, partitions_def, blocking, options
-) -> list[dg.AssetChecksDefinition]:
-    sample_threshold = options["sample_threshold"]
+@dataclass(frozen=True)
+class _CheckTarget:
+    asset_key: dg.AssetKey
+    dataset_key: dg.AssetKey
+    io_manager_key: str
+    partitions_def: dg.PartitionsDefinition | None
+    blocking: bool
+    max_missing_fraction: float | None
+    options: dict[str, Any]
+
+
+def _published(context: dg.AssetCheckExecutionContext, target: _CheckTarget) -> DatasetVersion:
+    manager = getattr(context.resources, target.io_manager_key)
+    if not hasattr(manager, "storage"):
+        raise TypeError(
+            f"checks of {target.asset_key.to_user_string()}: resource {target.io_manager_key!r} "
+            f"is a {type(manager).__name__}, not a refiner IO manager; bind it to "
+            "rd.RefinerBlobIOManager() or rd.RefinerFileIOManager()"
+        )
+    partition = context.partition_key if target.partitions_def is not None else None
+    storage = manager.storage(context.instance)
+    version = storage.current(target.dataset_key.path, partition)
+    if version is None:
+        where = f" partition {partition!r}" if partition is not None else ""
+        raise FileNotFoundError(
+            f"asset {target.dataset_key.to_user_string()}{where} has no published version under "
+            f"{storage.url}: materialize it (and its finalization) before running its checks"
+        )
+    return version
+
+
+def _define_checks(target: _CheckTarget) -> list[dg.AssetChecksDefinition]:
+    sample_threshold = target.options["sample_threshold"]
 
     @dg.asset_check(
-        asset=target,
+        asset=target.asset_key,
         name=MISSING_ASSETS_CHECK,
-        additional_ins=ins,
-        blocking=blocking,
-        partitions_def=partitions_def,
+        required_resource_keys={target.io_manager_key},
+        blocking=target.blocking,
+        partitions_def=target.partitions_def,
         description="Source assets that were missing, and what the missing policy did.",
     )
-    def _missing(dataset: Any) -> dg.AssetCheckResult:
-        version = one_version(dataset, "dataset checks")
-        return missing_assets_result(version.summary())
+    def _missing(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        version = _published(context, target)
+        return missing_assets_result(
+            version.summary() or {}, max_missing_fraction=target.max_missing_fraction
+        )
 
     @dg.asset_check(
-        asset=target,
+        asset=target.asset_key,
         name=REFERENCE_INTEGRITY_CHECK,
-        additional_ins=ins,
-        blocking=blocking,
-        partitions_def=partitions_def,
+        required_resource_keys={target.io_manager_key},
+        blocking=target.blocking,
+        partitions_def=target.partitions_def,
         description=(
             "Every blob reference lies inside an existing block (offset + size <= block size); "
-            f"sampled above {sample_threshold:,} references."
+            f"sampled above {sample_threshold:,} references; checksums, where references carry "
+            "them, are verified too (all of them on small datasets)."
         ),
     )
-    def _integrity(dataset: Any) -> dg.AssetCheckResult:
-        return integrity_result(scan_references(one_version(dataset, "dataset checks"), **options))
+    def _integrity(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        return integrity_result(scan_references(_published(context, target), **target.options))
 
     return [_missing, _integrity]

@@ -13,8 +13,10 @@ write it (:class:`~refiner_dagster.RefinerBlobIOManager` /
     <base_url>/<asset/key>/[<partition>/]_current.json published pointer
 
 so downstream assets load it through that IO manager like any other dataset
-asset. The finalize step publishes the version (no finalization asset needed);
-:func:`~refiner_dagster.build_dataset_checks` takes the fan-out asset itself.
+asset. The finalize step is write -> audit -> publish in one step (no finalization
+asset needed): it reduces the version, runs the ``missing_assets`` and
+``reference_integrity`` checks declared on the asset, and moves the published pointer
+only when no ERROR-severity check failed.
 
 Retries and resume: each write step's attempt id derives from the Dagster run id,
 the step key and the retry number; a retried step writes a new attempt and the
@@ -27,7 +29,9 @@ from typing import Any
 
 import dagster as dg
 
+from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD
 from .fanout_steps import (
+    DATASET_OUTPUT,
     DEFAULT_MAX_TASKS,
     FanoutConfig,
     FanoutPlan,
@@ -40,6 +44,8 @@ from .fanout_steps import (
     static_plan_step,
     write_step,
 )
+from .finalization import audit_check_specs
+from .publish import AuditPolicy
 from .settings import DATASET_KEY
 from .storage import DatasetVersion
 
@@ -62,6 +68,11 @@ def build_dataset_asset(
     op_tags: Mapping[str, Any] | None = None,
     retry_policy: dg.RetryPolicy | None = None,
     static_tasks: int | None = None,
+    checks: bool = True,
+    max_missing_fraction: float | None = None,
+    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
 ) -> dg.AssetsDefinition:
     """One dataset asset written by ``plan -> write x N -> finalize`` steps.
 
@@ -85,6 +96,10 @@ def build_dataset_asset(
       instead of steps mapped over dynamic outputs. For executors that only run the
       steps of the initial plan: ``dagster_dask.dask_executor`` (0.29) skips mapped
       steps without an error. Steps left without shards finish at once.
+    - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
+      ``sample_size``, ``seed``: the audit before publishing, as in
+      :func:`~refiner_dagster.build_finalization_asset`; the two checks are the
+      asset's own ``check_specs``.
 
     Example:
         >>> import dagster as dg, refiner_core as mdr
@@ -113,22 +128,49 @@ def build_dataset_asset(
     else:
         prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
     key = dg.AssetKey([*prefix, asset_name])
+    policy = AuditPolicy(
+        max_missing_fraction=max_missing_fraction,
+        sample_threshold=sample_threshold,
+        sample_size=sample_size,
+        seed=seed,
+    )
+    check_specs = audit_check_specs(key, policy) if checks else []
     spec = FanoutSpec(
-        fn, key, io_manager_key, dict(metadata or {}), max_tasks or static_tasks, static_tasks
+        fn,
+        key,
+        io_manager_key,
+        dict(metadata or {}),
+        max_tasks or static_tasks,
+        static_tasks,
+        policy if checks else None,
     )
     resources = {io_manager_key}
 
     write_tags = {**_KIND_TAGS, **dict(op_tags or {})}
     step_io = step_io_manager_key
 
+    # Dagster routes a graph asset's check results through outputs named
+    # <asset key as identifier>_<check name>.
+    check_outputs = [f"{key.to_python_identifier()}_{c.name}" for c in check_specs]
+
     @dg.op(
         name=f"{asset_name}_finalize",
-        out=dg.Out(DatasetVersion, io_manager_key=io_manager_key),
+        out={
+            DATASET_OUTPUT: dg.Out(DatasetVersion, io_manager_key=io_manager_key),
+            **{name: dg.Out(is_required=False) for name in check_outputs},
+        },
         required_resource_keys=resources,
         tags=_KIND_TAGS,
     )
-    def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list) -> dg.Output:
-        return finalize_step(spec, context, plan, written)
+    def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list):
+        yield from finalize_step(spec, context, plan, written)
+
+    def finalized(plan: Any, written: Any) -> dict[str, Any]:
+        outputs = _finalize(plan, written)
+        if not check_outputs:
+            return {asset_name: outputs}
+        dataset, *results = outputs
+        return {asset_name: dataset, **dict(zip(check_outputs, results, strict=True))}
 
     if static_tasks is None:
 
@@ -157,7 +199,7 @@ def build_dataset_asset(
 
         def compose():
             plan, tasks = _plan()
-            return _finalize(plan, tasks.map(_write).collect())
+            return finalized(plan, tasks.map(_write).collect())
 
     else:
 
@@ -193,19 +235,28 @@ def build_dataset_asset(
 
         def compose():
             plan, tasks = _static_plan()
-            return _finalize(plan, [write(tasks) for write in writes])
+            return finalized(plan, [write(tasks) for write in writes])
 
     out = dg.AssetOut(
         key=key,
         io_manager_key=io_manager_key,
         description=description
         or f"Refiner dataset {key.to_user_string()}, written by fan-out steps.",
-        metadata={**dict(metadata or {}), DATASET_KEY: key.to_user_string()},
+        metadata={
+            **dict(metadata or {}),
+            DATASET_KEY: key.to_user_string(),
+            **({AUDITS_KEY: True} if checks else {}),
+        },
         kinds={"refiner"},
         group_name=group_name,
     )
 
-    @dg.graph_multi_asset(name=asset_name, outs={asset_name: out}, partitions_def=partitions_def)
+    @dg.graph_multi_asset(
+        name=asset_name,
+        outs={asset_name: out},
+        partitions_def=partitions_def,
+        check_specs=check_specs or None,
+    )
     def _asset():
         return compose()
 

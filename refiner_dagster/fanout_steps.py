@@ -26,14 +26,24 @@ import refiner_core as mdr
 from refiner_core import manifests
 from refiner_core.manifests import AttemptManifest
 
-from .finalization import finalize_version
+from .finalization import published_metadata
 from .io_manager import committed_counters
-from .metadata import counters_metadata, summary_metadata
+from .metadata import counters_metadata
 from .ops import group_shards
+from .publish import (
+    AuditPolicy,
+    audit_failure,
+    audit_version,
+    error_failures,
+    publish_version,
+    reduce_version,
+    run_liveness,
+)
 from .storage import DatasetVersion, short_run_id
 
 PipelineFn = Callable[[dg.OpExecutionContext], mdr.Pipeline]
 DEFAULT_MAX_TASKS = 64
+DATASET_OUTPUT = "dataset"
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,7 @@ class FanoutSpec:
     definition_metadata: Mapping[str, Any]
     max_tasks: int | None
     static_tasks: int | None = None
+    audit: AuditPolicy | None = None
 
     @property
     def where(self) -> str:
@@ -214,8 +225,12 @@ def finalize_step(
     context: dg.OpExecutionContext,
     plan: FanoutPlan,
     written: list[list[AttemptManifest]],
-) -> dg.Output:
-    """Record the version written, then reduce and publish it (``finalize_version``)."""
+):
+    """Record the version written, then reduce, audit and publish it.
+
+    Yields the audit's check results first; when an ERROR-severity check fails the
+    step fails without publishing, and readers keep the version they had.
+    """
     io_manager = spec.refiner_io_manager(context)
     version = spec.version(context, plan)
     committed = committed_counters(version, plan.run_id)["shards"]
@@ -231,14 +246,21 @@ def finalize_step(
         pipeline=spec.pipeline(context),
         started=time.monotonic() - (time.time() - plan.started_at),
     )
-    summary = finalize_version(version)
-    metadata = summary_metadata(summary, uri=version.url)
+    summary = reduce_version(version)
+    if spec.audit is not None:
+        results = audit_version(version, summary, spec.audit)
+        yield from results
+        failed = error_failures(results)
+        if failed:
+            error = audit_failure(version, failed, results)
+            raise dg.Failure(description=str(error), metadata={"failed_checks": failed})
+    publish_version(version, summary, is_live=run_liveness(context.instance))
+    metadata = published_metadata(version, summary)
     metadata["shards"] = dg.MetadataValue.int(summary.shards)
-    metadata["refiner/version"] = dg.MetadataValue.text(version.name)
     metadata["refiner/state"] = dg.MetadataValue.text("published")
     metadata["refiner/write_steps"] = dg.MetadataValue.int(plan.tasks)
     context.log.info(f"published {version.describe()}: {summary.rows_written} rows")
     published = io_manager.storage(context.instance).current(
         version.asset_path, version.partition_key
     )
-    return dg.Output(published, metadata=metadata)
+    yield dg.Output(published, output_name=DATASET_OUTPUT, metadata=metadata)

@@ -15,11 +15,12 @@ Storage layout (see :mod:`refiner_dagster.storage`)::
 
 ``base_url`` defaults to ``<Dagster instance storage>/refiner``.
 
-What an input receives depends on its ``refiner/load`` metadata: ``"table"``
-(default, a lazy pipeline over the published version), ``"version"`` (the published
-:class:`DatasetVersion` handle) or ``"pending"`` (the written, unfinalized version;
-what finalization assets load). Several upstream partitions arrive as a dict keyed
-by partition key.
+What an input receives follows its type annotation (``mdr.Pipeline``: a lazy
+pipeline over the published version; ``DatasetVersion``: the published handle) or
+its ``refiner/load`` metadata (``"table"``, ``"version"``, or ``"pending"``: the
+written, unfinalized version finalization assets load); ``columns`` and
+``allow_missing_partitions`` input metadata are honoured (see :mod:`.loading`).
+Several upstream partitions arrive as a dict keyed by partition key.
 """
 
 from __future__ import annotations
@@ -30,20 +31,32 @@ import time
 from typing import Any, ClassVar
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
 from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
-from .finalization import finalize_version
-from .metadata import counters_metadata, summary_metadata
-from .settings import DATASET_KEY, LOAD_KEY, AssetSettings, resolve_settings, unwrap_metadata
+from .finalization import published_metadata
+from .loading import (
+    allow_missing,
+    dataset_path,
+    input_columns,
+    input_mode,
+    locate,
+    select_columns,
+)
+from .metadata import counters_metadata
+from .progress_log import launch_in_step
+from .publish import AuditFailedError, AuditPolicy, finalize_version, run_liveness
+from .settings import (
+    ASSET_COLUMNS_KEY,
+    LOAD_MODES,
+    AssetSettings,
+    resolve_settings,
+)
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
 from .tables import open_version, written_asset_columns
-
-LOAD_MODES = ("table", "version", "pending")
 
 
 def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str, int]:
@@ -56,16 +69,20 @@ def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str,
 
 
 def written_metadata(
-    version: DatasetVersion, counters: dict[str, int], engine_run_id: str
+    version: DatasetVersion,
+    counters: dict[str, int],
+    engine_run_id: str,
+    asset_columns: list[str],
 ) -> dict[str, Any]:
-    """Output metadata of a written (not yet finalized) version."""
+    """Output metadata of a written (not yet published) version."""
     return {
         **counters_metadata(counters, keys=(*manifests.COUNTER_KEYS, "shards")),
         "dagster/uri": dg.MetadataValue.path(version.url),
         "refiner/version": dg.MetadataValue.text(version.name),
         "refiner/format": dg.MetadataValue.text(version.format),
         "refiner/run_id": dg.MetadataValue.text(engine_run_id),
-        "refiner/state": dg.MetadataValue.text("written, waiting for finalization"),
+        "refiner/state": dg.MetadataValue.text("written (its finalization asset publishes it)"),
+        ASSET_COLUMNS_KEY: dg.MetadataValue.json(asset_columns),
     }
 
 
@@ -83,7 +100,9 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         default_factory=dict,
         description="Extra fsspec/s3fs options for base_url, applied over those taken from s3.",
     )
-    s3: S3Resource | None = Field(
+    # Typed as Dagster's resource base class so that importing this module does not
+    # import dagster-aws (seconds of import time); any dagster-aws S3Resource fits.
+    s3: dg.ConfigurableResource | None = Field(
         default=None,
         description=(
             "dagster-aws S3Resource whose credentials, region and endpoint_url are used for "
@@ -124,11 +143,26 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "of CPUs (per asset: refiner/num_workers). Never more than the number of shards."
         ),
     )
+    checksum: str | None = Field(
+        default=None,
+        description=(
+            "'sha256' or 'crc32c': blob references carry a checksum (files: a "
+            "<column>_checksum column); default none (per asset: refiner/checksum)."
+        ),
+    )
     finalize_inline: bool = Field(
         default=False,
         description=(
             "Finalize and publish in the asset's own step, for assets without a finalization "
             "asset (per asset: refiner/finalize_inline)."
+        ),
+    )
+
+    progress_log_seconds: float = Field(
+        default=10.0,
+        description=(
+            "The engine's progress lines go to the Dagster run log at most once per this many "
+            "seconds per stage (and each stage's last line); they always reach the step's stderr."
         ),
     )
 
@@ -152,6 +186,8 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             "num_workers": self.num_workers,
             "max_in_flight": self.max_in_flight,
             "finalize_inline": self.finalize_inline,
+            "dedupe": getattr(self, "dedupe", None),
+            "checksum": self.checksum,
         }
 
     def _asset_config(self, settings: AssetSettings) -> Any:
@@ -163,6 +199,10 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         record["max_in_flight"] = config.max_in_flight
         if isinstance(config, mdr.BlobAssetConfig):
             record["target_bytes"] = config.target_bytes
+            if config.dedupe is not None:
+                record["dedupe"] = config.dedupe
+        if config.checksum is not None:
+            record["checksum"] = config.checksum
         return record
 
     def resolved_source_options(self) -> dict[str, Any] | None:
@@ -269,10 +309,8 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         try:
             write_stage = version.writer(pipeline, assets).write_stage
             write_only = mdr.PipelineSequence([write_stage])
-            stats = write_only.launch_local(
-                name=context.asset_key.to_user_string(),
-                num_workers=settings.num_workers,
-                rundir=rundir,
+            stats = launch_in_step(
+                write_only, context, settings.num_workers, self.progress_log_seconds, rundir=rundir
             )
             counters = self.record_written(
                 version, engine_run_id=stats.run_id, pipeline=write_stage.pipeline, started=started
@@ -287,10 +325,24 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
             raise
         if rundir is not None:
             shutil.rmtree(rundir, ignore_errors=True)
-        metadata = written_metadata(version, counters, stats.run_id)
+        asset_columns = written_asset_columns(write_stage.pipeline, self._asset_mode)
+        if not asset_columns:
+            context.log.warning(
+                f"{where} has no asset columns, so {type(self).__name__} packed or copied no "
+                "media (assets_written=0): declare them with dtypes=, e.g. "
+                "dtypes={'image': mdr.datatype.image_path()} on the source or map step"
+            )
+        metadata = written_metadata(version, counters, stats.run_id, asset_columns)
         if settings.finalize_inline:
-            summary = finalize_version(version)
-            metadata.update(summary_metadata(summary, uri=version.url))
+            try:
+                summary = finalize_version(
+                    version, audit=AuditPolicy(), is_live=run_liveness(self._instance)
+                )
+            except AuditFailedError as exc:
+                raise dg.Failure(
+                    description=str(exc), metadata={"failed_checks": exc.failed}
+                ) from exc
+            metadata.update(published_metadata(version, summary))
             metadata["refiner/state"] = dg.MetadataValue.text("published")
         context.add_output_metadata(metadata)
 
@@ -308,24 +360,34 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
 
     # input -----------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
-        mode = unwrap_metadata(context.definition_metadata.get(LOAD_KEY, "table"))
-        if mode not in LOAD_MODES:
-            raise ValueError(
-                f"input {context.name!r}: metadata {LOAD_KEY}={mode!r} is not one of {LOAD_MODES}"
-            )
-        asset_path = _dataset_path(context)
+        """What the input receives follows its annotation and metadata (:mod:`.loading`)."""
+        mode = input_mode(context)
+        columns = input_columns(context) if mode == "table" else None
+        asset_path = dataset_path(context)
         storage = self.storage(context.instance)
         partitions: list[str | None] = (
             list(context.asset_partition_keys) if context.has_asset_partitions else [None]
         )
         run_version = f"v-{short_run_id(self._run_id)}" if self._run_id else None
+        skip_missing = allow_missing(context) and partitions != [None]
         loaded = {}
         for key in partitions:
-            version = _locate(storage, asset_path, key, mode, run_version)
-            loaded[key] = open_version(version) if mode == "table" else version
+            try:
+                version = locate(storage, asset_path, key, mode, run_version)
+            except FileNotFoundError:
+                if skip_missing:
+                    context.log.info(f"input {context.name!r}: partition {key!r} has no version")
+                    continue
+                raise
+            if mode != "table":
+                loaded[key] = version
+            elif columns is not None:
+                loaded[key] = select_columns(version, columns, f"input {context.name!r}")
+            else:
+                loaded[key] = open_version(version)
         if partitions == [None]:
             return loaded[None]
-        if len(partitions) == 1 and context.has_partition_key:
+        if len(partitions) == 1 and context.has_partition_key and loaded:
             return loaded[partitions[0]]
         return loaded
 
@@ -354,6 +416,13 @@ class RefinerBlobIOManager(_RefinerIOManager):
         default=1 << 30,
         description="Block size target in bytes (per asset: refiner/target_bytes).",
     )
+    dedupe: str | None = Field(
+        default=None,
+        description=(
+            "'source' or 'content': repeated media is stored once per writer attempt; "
+            "default none (per asset: refiner/dedupe)."
+        ),
+    )
 
     _asset_mode: ClassVar[AssetForm] = mdr.BlobAssetConfig.form
 
@@ -364,6 +433,8 @@ class RefinerBlobIOManager(_RefinerIOManager):
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
             source_storage_options=self.resolved_source_options(),
+            dedupe=settings.dedupe,
+            checksum=settings.checksum,
         )
 
 
@@ -391,6 +462,7 @@ class RefinerFileIOManager(_RefinerIOManager):
             missing_policy=settings.missing_policy,
             max_in_flight=settings.max_in_flight,
             source_storage_options=self.resolved_source_options(),
+            checksum=settings.checksum,
         )
 
 
@@ -421,41 +493,6 @@ def _single_partition(context: dg.OutputContext, where: str) -> str | None:
             "managers write one partition per run. Launch the backfill with one run per partition"
         )
     return keys[0]
-
-
-def _dataset_path(context: dg.InputContext) -> list[str]:
-    """The dataset asset behind an input (a finalization asset points at its dataset)."""
-    upstream = context.upstream_output
-    metadata = upstream.definition_metadata if upstream is not None else {}
-    dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
-    if dataset:
-        return dg.AssetKey.from_user_string(str(dataset)).path
-    return list(context.asset_key.path)
-
-
-def _locate(
-    storage: DatasetStorage,
-    asset_path: list[str],
-    key: str | None,
-    mode: str,
-    run_version: str | None,
-) -> DatasetVersion:
-    where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
-    if mode == "pending":
-        version = storage.pending(asset_path, key, prefer=run_version)
-        version = version or storage.current(asset_path, key)
-        if version is not None:
-            return version
-        raise FileNotFoundError(
-            f"{where} has no written version under {storage.url}; materialize the asset first"
-        )
-    current = storage.current(asset_path, key)
-    if current is None:
-        raise FileNotFoundError(
-            f"{where} has no published version under {storage.url}: materialize it and then its "
-            "finalization asset (build_finalization_asset), or set finalize_inline=True"
-        )
-    return current
 
 
 __all__ = [

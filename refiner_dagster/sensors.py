@@ -7,11 +7,31 @@ for local files and ``etag-<ETag>`` for S3 objects, and the run key is
 ``<relative path>@<version>``: an unchanged file never triggers twice, a changed
 file always does.
 
-The cursor is JSON and holds the last version seen for every file plus where the
-previous tick stopped (``after``). Each tick lists the folder once and walks it in
-path order, starting after ``after`` and wrapping around, until
-``max_files_per_tick`` files were requested; the rest wait for the next tick, so
-a large drop never produces an oversized tick and no file starves.
+The cursor is small JSON that does not grow with the folder: a modification-time
+*watermark* (``mark``) and the versions of the files modified within
+``lookback_seconds`` of it (``recent``). Each tick lists the folder once and requests,
+oldest modification first, every file modified after ``mark - lookback_seconds``
+whose version is not in ``recent``, up to ``max_files_per_tick``; the rest wait for
+the next tick, so a large drop never produces an oversized tick and no file starves.
+Files older than the lookback window are taken as processed: a file copied in with
+an old modification time (``cp -p``) is not seen, touch it. Files on a store that
+reports no modification time are always kept in ``recent``.
+
+With ``partitions_def`` each file is a dynamic partition keyed by its relative path;
+the asset finds its file with :func:`partition_source_url`, which also works when the
+partition is re-materialized from the UI (no sensor tags on that run)::
+
+    DROPS = dg.DynamicPartitionsDefinition(name="drops")
+
+    @dg.asset(partitions_def=DROPS, io_manager_key="refiner")
+    def episodes(context: dg.AssetExecutionContext) -> mdr.Pipeline:
+        url = partition_source_url("s3://bucket/drops", context.partition_key)
+        return mdr.read_parquet(url)
+
+    drops_sensor = build_source_sensor(
+        name="drops", url="s3://bucket/drops", target=[episodes], partitions_def=DROPS,
+        s3_resource_key="s3",  # credentials and endpoint of the S3Resource bound as "s3"
+    )
 
 Example:
     >>> import tempfile, dagster as dg
@@ -35,16 +55,20 @@ import fnmatch
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import fsspec
-from fsspec.core import url_to_fs
 
 from refiner_core.io import full_url
 
-CURSOR_VERSION = 1
+from .storage import s3_storage_options
+
+if TYPE_CHECKING:
+    import fsspec
+
+CURSOR_VERSION = 2
+DEFAULT_LOOKBACK_SECONDS = 600.0
 SOURCE_PATH_TAG = "refiner/source_path"
 SOURCE_URL_TAG = "refiner/source_url"
 SOURCE_VERSION_TAG = "refiner/source_version"
@@ -59,6 +83,7 @@ __all__ = [
     "SourceCursor",
     "build_source_sensor",
     "list_source_files",
+    "partition_source_url",
 ]
 
 
@@ -75,6 +100,7 @@ class SourceFile:
     url: str
     size: int
     version: str
+    modified: float | None = None
 
     @property
     def run_key(self) -> str:
@@ -83,15 +109,22 @@ class SourceFile:
 
 @dataclass
 class SourceCursor:
-    """The sensor's cursor: last version per relative path and where the last tick stopped."""
+    """The sensor's cursor: a modification-time watermark and the recently seen versions.
 
-    seen: dict[str, str]
-    after: str | None = None
+    ``mark`` is the newest modification time (seconds) up to which every file was
+    requested; ``recent`` maps relative paths modified within the lookback window of
+    ``mark`` (and files with no modification time) to the version last requested.
+    A version-1 cursor (every file's version) is read as ``recent`` and shrinks on the
+    next tick.
+    """
+
+    recent: dict[str, str] = field(default_factory=dict)
+    mark: float | None = None
 
     @classmethod
     def parse(cls, raw: str | None) -> SourceCursor:
         if not raw:
-            return cls(seen={})
+            return cls()
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -99,17 +132,21 @@ class SourceCursor:
                 f"sensor cursor is not JSON ({exc}); reset the cursor in the Dagster UI "
                 "(sensor page, 'Set cursor value') to an empty string to rescan the folder"
             ) from exc
-        if not isinstance(data, dict) or data.get("v") != CURSOR_VERSION:
+        if not isinstance(data, dict) or data.get("v") not in (1, CURSOR_VERSION):
             raise ValueError(
                 f"sensor cursor {raw[:80]!r} is not a version-{CURSOR_VERSION} refiner cursor; "
                 "reset it to an empty string to rescan the folder"
             )
-        seen = data.get("seen") or {}
-        return cls(seen={str(k): str(v) for k, v in seen.items()}, after=data.get("after"))
+        recent = data.get("recent") if data["v"] == CURSOR_VERSION else data.get("seen")
+        mark = data.get("mark")
+        return cls(
+            recent={str(k): str(v) for k, v in (recent or {}).items()},
+            mark=float(mark) if isinstance(mark, int | float) else None,
+        )
 
     def dumps(self) -> str:
         return json.dumps(
-            {"v": CURSOR_VERSION, "seen": dict(sorted(self.seen.items())), "after": self.after},
+            {"v": CURSOR_VERSION, "mark": self.mark, "recent": dict(sorted(self.recent.items()))},
             separators=(",", ":"),
         )
 
@@ -151,6 +188,8 @@ def list_source_files(
     Names (or folders) starting with ``_`` or ``.`` are skipped, as are files
     modified less than ``min_age_seconds`` ago (still being written).
     """
+    from fsspec.core import url_to_fs  # on first tick, not when the code location loads
+
     fs, root = url_to_fs(url, **dict(storage_options or {}))
     root = root.rstrip("/")
     # Listings are cached per filesystem instance (s3fs); a sensor must see new objects.
@@ -175,6 +214,7 @@ def list_source_files(
                 url=full_url(fs, path),
                 size=int(info.get("size") or 0),
                 version=_content_version(fs, path, info),
+                modified=_modified_at(info),
             )
         )
     found.sort(key=lambda f: f.path)
@@ -185,13 +225,25 @@ def list_source_files(
 _BAD_PARTITION_PARTS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
 
-def _in_tick_order(files: list[SourceFile], after: str | None) -> list[SourceFile]:
-    """Files after ``after`` first, then from the start: one full lap per tick."""
-    if after is None:
-        return files
-    tail = [f for f in files if f.path > after]
-    head = [f for f in files if f.path <= after]
-    return tail + head
+def partition_source_url(url: str, partition_key: str) -> str:
+    """The source file of a per-file partition: ``url`` joined with the key (its relative path).
+
+    >>> partition_source_url("s3://bucket/drops/", "2024/a.parquet")
+    's3://bucket/drops/2024/a.parquet'
+    >>> partition_source_url("/data/drops", "a.parquet")
+    '/data/drops/a.parquet'
+    """
+    key = str(partition_key)
+    if not key or key.startswith("/") or ".." in key.split("/") or "://" in key:
+        raise ValueError(
+            f"partition key {partition_key!r} is not a relative path under {url}; per-file "
+            "partitions are the relative paths build_source_sensor adds"
+        )
+    return url.rstrip("/") + "/" + key
+
+
+def _order(source: SourceFile) -> tuple[float, str]:
+    return (source.modified if source.modified is not None else float("inf"), source.path)
 
 
 def build_source_sensor(
@@ -202,8 +254,10 @@ def build_source_sensor(
     job: Any = None,
     pattern: str = "*",
     storage_options: Mapping[str, Any] | None = None,
+    s3_resource_key: str | None = None,
     max_files_per_tick: int = 100,
     min_age_seconds: float = 0.0,
+    lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
     partitions_def: dg.DynamicPartitionsDefinition | None = None,
     run_config_fn: Callable[[SourceFile], Mapping[str, Any]] | None = None,
     tags: Mapping[str, str] | None = None,
@@ -220,9 +274,15 @@ def build_source_sensor(
         job: Alternative to ``target`` for a job definition.
         pattern: ``fnmatch`` pattern on the relative path (``*`` crosses folders).
         storage_options: fsspec options, e.g. ``key``/``secret``/``client_kwargs`` for S3.
+        s3_resource_key: The resource key of a dagster-aws ``S3Resource`` whose
+            credentials, region and endpoint reach ``url`` (a resource the sensor
+            requires; ``storage_options`` are applied over it).
         max_files_per_tick: At most this many run requests per tick; the next tick
             continues where this one stopped.
         min_age_seconds: Skip files modified more recently than this (still being written).
+        lookback_seconds: How far before the watermark modifications are still looked
+            for (uploads that finish after newer ones, clock skew); kept above
+            ``min_age_seconds``.
         partitions_def: If given, each file's relative path becomes a dynamic partition
             (added in the same tick) and its run targets that partition.
         run_config_fn: Builds each run's config from its :class:`SourceFile`.
@@ -252,20 +312,27 @@ def build_source_sensor(
         raise ValueError(f"sensor {name!r}: the DynamicPartitionsDefinition needs a name=")
     options = dict(storage_options or {})
     extra_tags = dict(tags or {})
+    lookback = max(float(lookback_seconds), float(min_age_seconds) * 2 + 60)
 
-    def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    def evaluate(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
         cursor = SourceCursor.parse(context.cursor)
+        fs_options = dict(options)
+        if s3_resource_key is not None:
+            s3 = resources.get(s3_resource_key) or getattr(context.resources, s3_resource_key)
+            fs_options = {**s3_storage_options(s3), **options}
         files = list_source_files(
-            url, pattern=pattern, storage_options=options, min_age_seconds=min_age_seconds
+            url, pattern=pattern, storage_options=fs_options, min_age_seconds=min_age_seconds
         )
-        present = {f.path for f in files}
+        floor = cursor.mark - lookback if cursor.mark is not None else None
         # Files that disappeared are forgotten, so a file put back is processed again.
-        seen = {p: v for p, v in cursor.seen.items() if p in present}
+        seen = {f.path: cursor.recent[f.path] for f in files if f.path in cursor.recent}
         requested: list[SourceFile] = []
         truncated = False
-        for source in _in_tick_order(files, cursor.after):
+        for source in sorted(files, key=_order):
             if seen.get(source.path) == source.version:
                 continue
+            if floor is not None and source.modified is not None and source.modified < floor:
+                continue  # before the lookback window: requested by an earlier tick
             if partitions_def is not None and any(p in source.path for p in _BAD_PARTITION_PARTS):
                 # Logged once per version; a bad name must not fail every tick.
                 context.log.warning(
@@ -278,7 +345,8 @@ def build_source_sensor(
                 truncated = True
                 break
             requested.append(source)
-        new_keys = [f.path for f in requested if f.path not in seen]
+        known = {p for p in cursor.recent if p in seen}
+        new_keys = [f.path for f in requested if f.path not in known]
         run_requests = []
         for source in requested:
             seen[source.path] = source.version
@@ -296,7 +364,7 @@ def build_source_sensor(
                     partition_key=source.path if partitions_def is not None else None,
                 )
             )
-        next_cursor = SourceCursor(seen=seen, after=requested[-1].path if truncated else None)
+        next_cursor = _next_cursor(cursor, files, seen, requested, truncated, lookback)
         if requested:
             context.log.info(
                 f"{len(requested)} new or changed file(s) under {url}"
@@ -319,6 +387,7 @@ def build_source_sensor(
     return dg.SensorDefinition(
         name=name,
         evaluation_fn=evaluate,
+        required_resource_keys={s3_resource_key} if s3_resource_key else None,
         target=target,
         job=job,
         minimum_interval_seconds=minimum_interval_seconds,
@@ -326,3 +395,25 @@ def build_source_sensor(
         description=description
         or f"Requests a run for every new or changed file matching {pattern!r} under {url}.",
     )
+
+
+def _next_cursor(
+    cursor: SourceCursor,
+    files: list[SourceFile],
+    seen: dict[str, str],
+    requested: list[SourceFile],
+    truncated: bool,
+    lookback: float,
+) -> SourceCursor:
+    """Move the watermark past what was requested; keep only versions inside the window."""
+    times = [f.modified for f in (requested if truncated else files) if f.modified is not None]
+    if truncated and requested and requested[-1].modified is not None:
+        times = [requested[-1].modified]
+    mark = max([t for t in (cursor.mark, *times) if t is not None], default=None)
+    floor = mark - lookback if mark is not None else None
+    recent = {
+        f.path: seen[f.path]
+        for f in files
+        if f.path in seen and (f.modified is None or floor is None or f.modified >= floor)
+    }
+    return SourceCursor(recent=recent, mark=mark)

@@ -9,8 +9,15 @@ Keys an asset may set in ``metadata=`` (all optional):
 ``refiner/subdir``         asset folder inside the version folder (``"assets"``)
 ``refiner/num_workers``    worker processes on the step's machine
 ``refiner/max_in_flight``  concurrent asset copies per worker
-``refiner/finalize_inline`` finalize and publish in the same step (no finalization asset)
+``refiner/finalize_inline`` ``True`` to finalize and publish in the same step (a bool)
+``refiner/dedupe``         ``"source"`` or ``"content"``: repeated media stored once (blob IO manager)
+``refiner/checksum``       ``"sha256"`` or ``"crc32c"``: checksums in references or a sibling column
 =========================  ===================================================
+
+Every key and value is checked by :func:`validate_asset_metadata`, which
+:func:`~refiner_dagster.build_finalization_asset`, :func:`~refiner_dagster.build_dataset_checks`
+and the component call when the definitions load, so a typo fails
+``dagster definitions validate`` rather than a run.
 
 Example:
     >>> from refiner_dagster.settings import resolve_settings
@@ -24,11 +31,14 @@ Example:
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import refiner_core as mdr
 from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
+
+from .cpus import available_cpus
 
 METADATA_PREFIX = "refiner/"
 SETTING_KEYS = (
@@ -39,11 +49,17 @@ SETTING_KEYS = (
     "num_workers",
     "max_in_flight",
     "finalize_inline",
+    "dedupe",
+    "checksum",
 )
 # Input metadata key telling the IO manager what to load: see ``io_manager``.
 LOAD_KEY = "refiner/load"
+LOAD_MODES = ("table", "version", "pending")
 # Definition metadata of a finalization asset: the dataset asset it finalizes.
 DATASET_KEY = "refiner/dataset"
+# Output metadata the IO manager records (not settings).
+ASSET_COLUMNS_KEY = "refiner/asset_columns"
+IO_MANAGER_SUFFIX = " (IO manager)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,8 @@ class AssetSettings:
     num_workers: int
     max_in_flight: int
     finalize_inline: bool
+    dedupe: str | None = None
+    checksum: str | None = None
 
 
 def unwrap_metadata(value: Any) -> Any:
@@ -69,12 +87,93 @@ def unwrap_metadata(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def _where_key(where: str, key: str) -> str:
+    if where.endswith(IO_MANAGER_SUFFIX):
+        return f"{where[: -len(IO_MANAGER_SUFFIX)]}: IO manager field {key}"
+    return f"{where}: metadata {METADATA_PREFIX}{key}"
+
+
 def _positive_int(value: Any, key: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(
-            f"{where}: metadata {METADATA_PREFIX}{key}={value!r} must be a positive integer"
+            f"{_where_key(where, key)}={value!r} must be a positive integer "
+            f"(for example {METADATA_PREFIX}{key}: 4)"
         )
     return value
+
+
+def _one_of(value: Any, choices: tuple[str, ...], key: str, where: str, field: str) -> str:
+    if value not in choices:
+        raise ValueError(
+            f"{_where_key(where, key)}={value!r} is not one of {', '.join(map(repr, choices))} "
+            f"(set {METADATA_PREFIX}{key} on the asset or the IO manager's {field})"
+        )
+    return value
+
+
+def _check_value(name: str, value: Any, where: str) -> Any:
+    if name == "format":
+        return _one_of(value, FORMATS, name, where, "format")
+    if name == "missing_policy":
+        return _one_of(value, MISSING_POLICIES, name, where, "missing_policy")
+    if name in ("target_bytes", "max_in_flight", "num_workers"):
+        return _positive_int(value, name, where)
+    if name == "finalize_inline":
+        if not isinstance(value, bool):
+            raise ValueError(
+                f"{_where_key(where, name)}={value!r} must be a boolean, True or False "
+                "(a string such as 'false' is not accepted)"
+            )
+        return value
+    if name == "dedupe":
+        try:
+            mdr.BlobAssetConfig(dedupe=value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
+        return value
+    if name == "checksum":
+        try:
+            mdr.BlobAssetConfig(checksum=value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
+        return value
+    if name == "subdir":
+        try:
+            mdr.FileAssetConfig(subdir=value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
+        return value
+    raise AssertionError(name)
+
+
+def validate_asset_metadata(metadata: Mapping[str, Any] | None, *, where: str) -> dict[str, Any]:
+    """Check every ``refiner/*`` key of a dataset asset's metadata; return the settings set.
+
+    Unknown ``refiner/`` keys raise ``ValueError`` naming the asset and the known keys,
+    and each value must have the right type and range, so a typo never silently falls
+    back to a default or fails only after the asset body ran.
+
+    >>> validate_asset_metadata({"refiner/format": "jsonl", "owner": "me"}, where="asset a")
+    {'format': 'jsonl'}
+    >>> validate_asset_metadata({"refiner/finalize_inline": "false"}, where="asset a")
+    Traceback (most recent call last):
+    ...
+    ValueError: asset a: metadata refiner/finalize_inline='false' must be a boolean, True or False (a string such as 'false' is not accepted)
+    """
+    found: dict[str, Any] = {}
+    for key, raw in (metadata or {}).items():
+        if not key.startswith(METADATA_PREFIX) or key in (
+            LOAD_KEY,
+            DATASET_KEY,
+            ASSET_COLUMNS_KEY,
+        ):
+            continue
+        name = key[len(METADATA_PREFIX) :]
+        if name not in SETTING_KEYS:
+            known = ", ".join(METADATA_PREFIX + k for k in SETTING_KEYS)
+            raise ValueError(f"{where}: unknown metadata key {key!r}; known keys: {known}")
+        found[name] = _check_value(name, unwrap_metadata(raw), where)
+    return found
 
 
 def resolve_settings(
@@ -82,37 +181,24 @@ def resolve_settings(
 ) -> AssetSettings:
     """Merge IO manager ``defaults`` with ``refiner/*`` keys of an asset's metadata.
 
-    Unknown ``refiner/`` keys raise ``ValueError`` naming the asset and the known keys,
-    so a typo never silently falls back to a default.
+    Every value is validated (see :func:`validate_asset_metadata`); a ``num_workers``
+    left unset becomes the CPUs this process may use (:func:`~refiner_dagster.cpus.available_cpus`).
     """
-    values = dict(defaults)
-    for key, raw in (metadata or {}).items():
-        if not key.startswith(METADATA_PREFIX) or key in (LOAD_KEY, DATASET_KEY):
-            continue
-        name = key[len(METADATA_PREFIX) :]
-        if name not in SETTING_KEYS:
-            known = ", ".join(METADATA_PREFIX + k for k in SETTING_KEYS)
-            raise ValueError(f"{where}: unknown metadata key {key!r}; known keys: {known}")
-        values[name] = unwrap_metadata(raw)
-    fmt = values["format"]
-    if fmt not in FORMATS:
-        raise ValueError(
-            f"{where}: format {fmt!r} is not one of {', '.join(FORMATS)} "
-            f"(set {METADATA_PREFIX}format or the IO manager's format)"
-        )
-    policy = values["missing_policy"]
-    if policy not in MISSING_POLICIES:
-        raise ValueError(
-            f"{where}: missing_policy {policy!r} is not one of {', '.join(MISSING_POLICIES)} "
-            f"(set {METADATA_PREFIX}missing_policy or the IO manager's missing_policy)"
-        )
-    num_workers = values.get("num_workers") or os.cpu_count() or 1
+    values = {**defaults, **validate_asset_metadata(metadata, where=where)}
+    checked = {
+        name: _check_value(name, values[name], where + IO_MANAGER_SUFFIX)
+        for name in SETTING_KEYS
+        if name in values and not (name == "num_workers" and values[name] is None)
+    }
+    num_workers = checked.get("num_workers") or available_cpus()
     return AssetSettings(
-        format=fmt,
-        subdir=str(values["subdir"]),
-        missing_policy=policy,
-        target_bytes=_positive_int(values["target_bytes"], "target_bytes", where),
-        num_workers=_positive_int(num_workers, "num_workers", where),
-        max_in_flight=_positive_int(values["max_in_flight"], "max_in_flight", where),
-        finalize_inline=bool(values.get("finalize_inline", False)),
+        format=checked["format"],
+        subdir=str(checked["subdir"]),
+        missing_policy=checked["missing_policy"],
+        target_bytes=checked["target_bytes"],
+        num_workers=num_workers,
+        max_in_flight=checked["max_in_flight"],
+        finalize_inline=checked.get("finalize_inline", False),
+        dedupe=checked.get("dedupe"),
+        checksum=checked.get("checksum"),
     )

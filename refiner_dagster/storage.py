@@ -30,9 +30,11 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import dagster as dg
 
 import refiner_core as mdr
 from refiner_core.manifests import DatasetSummary
@@ -290,54 +292,94 @@ class DatasetStorage:
             return None
         return DatasetVersion(self, list(asset_path), partition_key, pointer["version"], pointer)
 
-    def publish(self, version: DatasetVersion, **extra: Any) -> DatasetVersion:
-        """Point readers at ``version`` (one atomic write), then delete older versions."""
+    def publish(
+        self,
+        version: DatasetVersion,
+        *,
+        is_live: Callable[[str], bool] | None = None,
+        **extra: Any,
+    ) -> DatasetVersion:
+        """Point readers at ``version`` (one atomic write), then delete older versions
+        (see :meth:`cleanup` for ``is_live``)."""
         self.record(version, state=PUBLISHED, published_at=time.time(), **extra)
         pointer = {**version.record, "version": version.name, "url": version.url}
         version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
         published = DatasetVersion(
             self, version.asset_path, version.partition_key, version.name, pointer
         )
-        self.cleanup(published)
+        self.cleanup(published, is_live=is_live)
         return published
 
-    def cleanup(self, published: DatasetVersion) -> list[str]:
-        """Delete versions created before ``published`` (newer ones may still be running)."""
+    def cleanup(
+        self, published: DatasetVersion, *, is_live: Callable[[str], bool] | None = None
+    ) -> list[str]:
+        """Delete versions created before ``published`` (newer ones may still be running).
+
+        A version still in state ``writing`` is deleted only when ``is_live`` says the
+        Dagster run writing it has finished (it crashed or was cancelled); without
+        ``is_live`` such versions are kept, since another run may still be writing them.
+        A ``written`` version is kept while ``is_live`` says its run is still live (its
+        finalization may be running).
+        """
         created = published.record.get("created_at", 0.0)
         removed = []
         for v in self.versions(published.asset_path, published.partition_key):
             if v.name == published.name or v.record.get("created_at", 0.0) > created:
                 continue
+            if v.state == WRITING and _maybe_live(v, is_live):
+                continue  # its run may still be writing it
+            if v.state == WRITTEN and is_live is not None and _maybe_live(v, is_live):
+                continue  # its live run may be finalizing it
             self._delete(v)
             removed.append(v.name)
         return removed
 
 
+def _maybe_live(version: DatasetVersion, is_live: Callable[[str], bool] | None) -> bool:
+    run_id = version.record.get("dagster_run_id")
+    if is_live is None or not run_id:
+        return True
+    return is_live(str(run_id))
+
+
+def _field(resource: Any, name: str) -> Any:
+    """A resource field's value; an unresolved ``EnvVar`` is read from the environment."""
+    value = getattr(resource, name, None)
+    if isinstance(value, dg.EnvVar):
+        value = value.get_value()
+    return value
+
+
 def s3_storage_options(s3: Any) -> dict[str, Any]:
-    """s3fs storage options from a dagster-aws ``S3Resource`` (credentials, region, endpoint)."""
+    """s3fs storage options from a dagster-aws ``S3Resource`` (credentials, region, endpoint).
+
+    Fields given as ``dg.EnvVar("NAME")`` are read from the environment, also outside a
+    run (where the resource still holds the ``EnvVar`` itself).
+    """
     options: dict[str, Any] = {}
     client_kwargs: dict[str, Any] = {}
     config_kwargs: dict[str, Any] = {}
-    if getattr(s3, "aws_access_key_id", None):
-        options["key"] = s3.aws_access_key_id
-    if getattr(s3, "aws_secret_access_key", None):
-        options["secret"] = s3.aws_secret_access_key
-    if getattr(s3, "aws_session_token", None):
-        options["token"] = s3.aws_session_token
-    if getattr(s3, "profile_name", None):
-        options["profile"] = s3.profile_name
-    if getattr(s3, "use_unsigned_session", False):
+    for field_name, option in (
+        ("aws_access_key_id", "key"),
+        ("aws_secret_access_key", "secret"),
+        ("aws_session_token", "token"),
+        ("profile_name", "profile"),
+        ("endpoint_url", "endpoint_url"),
+    ):
+        value = _field(s3, field_name)
+        if value:
+            options[option] = str(value)
+    if _field(s3, "use_unsigned_session"):
         options["anon"] = True
-    if getattr(s3, "endpoint_url", None):
-        options["endpoint_url"] = s3.endpoint_url
-    if getattr(s3, "use_ssl", True) is False:
+    if _field(s3, "use_ssl") is False:
         options["use_ssl"] = False
-    if getattr(s3, "region_name", None):
-        client_kwargs["region_name"] = s3.region_name
-    verify = getattr(s3, "verify", None)
+    region = _field(s3, "region_name")
+    if region:
+        client_kwargs["region_name"] = str(region)
+    verify = _field(s3, "verify")
     if verify is not None:
         client_kwargs["verify"] = verify
-    max_attempts = getattr(s3, "max_attempts", None)
+    max_attempts = _field(s3, "max_attempts")
     if max_attempts:
         config_kwargs["retries"] = {"max_attempts": int(max_attempts)}
     if client_kwargs:

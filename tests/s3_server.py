@@ -220,6 +220,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         )
         if proxy.latency_s:
             time.sleep(proxy.latency_s)
+        if delay := proxy.delay_for(probe):
+            time.sleep(delay)
         # Each request is recorded before its answer goes out, so a client that has
         # its response can already see the record.
         if proxy.should_drop(probe):
@@ -330,6 +332,33 @@ class _ProxyServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+@dataclass
+class Fault:
+    """One injected fault (see :meth:`S3Proxy.inject`); ``hits`` counts the requests it hit."""
+
+    kind: str
+    fault: str
+    times: int | None = None
+    part_number: int | None = None
+    delay_s: float = 0.0
+    after: int = 0
+    hits: int = 0
+    passed: int = 0
+
+    def matches(self, request: RequestRecord, fault: str) -> bool:
+        """Whether this fault hits ``request`` (counting the requests it lets through)."""
+        if not (
+            self.fault == fault
+            and self.kind == request.kind
+            and (self.part_number is None or request.part_number == self.part_number)
+        ):
+            return False
+        if self.passed < self.after:
+            self.passed += 1
+            return False
+        return self.times is None or self.hits < self.times
+
+
 class S3Proxy:
     """HTTP proxy in front of an S3 endpoint that records requests and injects faults.
 
@@ -337,8 +366,11 @@ class S3Proxy:
     ``fail_upload_part = 2`` answers 500 to every UploadPart of part number 2, and
     ``fail_complete = True`` to every CompleteMultipartUpload. Failed requests never
     reach the upstream. ``drop_upload_part_once = 3`` reads the first UploadPart of
-    part 3 and hangs up without answering, a transient fault a retry recovers from. ``latency_s`` delays every request; ``bandwidth_bps`` caps the
-    request-body rate of each connection.
+    part 3 and hangs up without answering, a transient fault a retry recovers from.
+    :meth:`inject` adds failures, dropped connections and delays for any request kind,
+    for a bounded number of requests or until :meth:`clear_faults`. ``latency_s``
+    delays every request; ``bandwidth_bps`` caps the request-body rate of each
+    connection.
     """
 
     def __init__(
@@ -355,6 +387,7 @@ class S3Proxy:
         self.fail_upload_part: int | None = None
         self.fail_complete = False
         self.drop_upload_part_once: int | None = None
+        self._faults: list[Fault] = []
         self._records: deque[RequestRecord] = deque(maxlen=max_records)
         self._lock = threading.Lock()
         self._server = _ProxyServer(("127.0.0.1", 0), _ProxyHandler)
@@ -369,6 +402,50 @@ class S3Proxy:
     def storage_options(self, **extra: Any) -> dict[str, Any]:
         return storage_options(self.endpoint_url, **extra)
 
+    def inject(
+        self,
+        kind: str,
+        fault: str = "fail",
+        *,
+        times: int | None = None,
+        part_number: int | None = None,
+        delay_s: float = 0.0,
+        after: int = 0,
+    ) -> Fault:
+        """Add a fault for requests of ``kind`` (e.g. ``"UploadPart"``, ``"PutObject"``):
+        ``"fail"`` answers 500 InternalError without reaching upstream, ``"drop"`` reads
+        the request and hangs up without answering, ``"delay"`` holds the request
+        ``delay_s`` before forwarding it. ``times`` bounds how many requests it hits
+        (``None``: every one, until :meth:`clear_faults`) once ``after`` matching
+        requests went through untouched; ``part_number`` narrows UploadPart faults to
+        one part."""
+        if fault not in ("fail", "drop", "delay"):
+            raise ValueError(f"fault must be 'fail', 'drop' or 'delay', got {fault!r}")
+        rule = Fault(kind, fault, times, part_number, delay_s, after)
+        with self._lock:
+            self._faults.append(rule)
+        return rule
+
+    def clear_faults(self) -> None:
+        """Remove every fault added with :meth:`inject` and the attribute faults."""
+        with self._lock:
+            self._faults.clear()
+        self.fail_upload_part = None
+        self.fail_complete = False
+        self.drop_upload_part_once = None
+
+    def _take(self, request: RequestRecord, fault: str) -> Fault | None:
+        with self._lock:
+            for rule in self._faults:
+                if rule.matches(request, fault):
+                    rule.hits += 1
+                    return rule
+        return None
+
+    def delay_for(self, request: RequestRecord) -> float:
+        rule = self._take(request, "delay")
+        return rule.delay_s if rule is not None else 0.0
+
     def should_drop(self, request: RequestRecord) -> bool:
         with self._lock:
             drop = (
@@ -376,12 +453,15 @@ class S3Proxy:
             )
             if drop:
                 self.drop_upload_part_once = None
-            return drop
+                return True
+        return self._take(request, "drop") is not None
 
     def should_fail(self, request: RequestRecord) -> bool:
-        if request.kind == "UploadPart" and self.fail_upload_part is not None:
-            return request.part_number == self.fail_upload_part
-        return request.kind == "CompleteMultipartUpload" and self.fail_complete
+        if request.kind == "UploadPart" and request.part_number == self.fail_upload_part:
+            return True
+        if request.kind == "CompleteMultipartUpload" and self.fail_complete:
+            return True
+        return self._take(request, "fail") is not None
 
     def record(
         self,

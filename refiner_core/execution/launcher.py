@@ -6,7 +6,6 @@ import collections
 import contextlib
 import gc
 import json
-import multiprocessing
 import multiprocessing.connection as mp_connection
 import os
 import shutil
@@ -18,9 +17,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import StageFailed, StepError
+from ..io.ownership import DEFAULT_STALE_AFTER_S, Lease, OutputOwnership
 from ..manifests import AttemptManifest, DatasetSummary, new_run_id
 from ..validation import check_positive
+from .fingerprint import RunFingerprint, describe_sequence, describe_stage
+from .lifeline import exit_with_parent
 from .progress import StageProgress
+from .start_methods import (
+    resolve_start_method,
+    stage_for_workers,
+    stage_in_worker,
+    worker_context,
+)
 from .worker import WorkerContext
 
 _PROGRESS_EVERY_S = 0.25
@@ -90,12 +98,28 @@ def _send(conn: Any, message: tuple) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
+def _worker_main(
+    stage: Any,
+    run_id: str,
+    conn: Any,
+    wid: int,
+    lease: Lease | None = None,
+    inherited: tuple[Any, ...] = (),
+    launcher_pid: int | None = None,
+) -> None:
     """Run the shards the launcher sends over ``conn`` until it sends ``None``.
 
     Each worker has its own pipe, so a worker that dies cannot leave a lock held that
-    the others need, and every message is written before the worker goes on.
+    the others need, and every message is written before the worker goes on. The
+    launcher's ends of the pipes (``inherited`` by a forked worker) are closed, so
+    the launcher's death reads as end-of-file, and the worker ends with its launcher
+    (``launcher_pid``; 0 for the process that forked this worker).
     """
+    for other in inherited:
+        other.close()
+    if launcher_pid is not None:
+        # a fork-server worker's parent is the fork server, which exits with the launcher
+        exit_with_parent(launcher_pid or os.getppid())
     # Everything inherited from the launcher lives as long as this worker: leave it
     # out of garbage collection, which would otherwise walk the whole imported heap
     # (tens of milliseconds with pyarrow and Dagster loaded) on every full collection.
@@ -115,6 +139,7 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
 
     worker = None
     try:
+        stage = stage_in_worker(stage)
         worker = WorkerContext()  # until it exists, SIGTERM simply ends the process
         _stop_on_sigterm()
         while True:
@@ -125,7 +150,9 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
             if shard is None:
                 break
             current = shard.id
-            manifest = stage.run_shard(shard, run_id=run_id, worker=worker, progress=report)
+            manifest = stage.run_shard(
+                shard, run_id=run_id, worker=worker, progress=report, lease=lease
+            )
             _send(conn, ("done", wid, shard.id, manifest, pending[0], pending[1]))
             pending[0] = pending[1] = 0
             current = None
@@ -148,22 +175,67 @@ def _worker_main(stage: Any, run_id: str, conn: Any, wid: int) -> None:
         conn.close()
 
 
+def _write_json_atomic(path: str, value: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all: a temporary file, flushed, then renamed."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_state(path: str, key: str, *, what: str, fix: str) -> dict[str, Any]:
+    """A run-dir JSON file that must hold ``key``; a ``ValueError`` naming it and the fix."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        problem = None if isinstance(value, dict) and key in value else f"holds no {key!r}"
+    except ValueError as exc:
+        value, problem = None, f"is not valid JSON ({exc})"
+    if problem is not None:
+        raise ValueError(f"{path} ({what}) {problem}, so this rundir cannot be resumed. {fix}")
+    return value
+
+
 class _RunDir:
     """Completion markers that let a relaunch skip finished shards."""
 
-    def __init__(self, path: str | None, name: str) -> None:
+    def __init__(
+        self, path: str | None, name: str, workers: int = 1, *, fresh: bool = False
+    ) -> None:
         self.temporary = path is None
         self._completed: dict[int, dict[str, AttemptManifest]] = {}
         self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
+        if fresh and os.path.isdir(self.path):
+            shutil.rmtree(self.path)
         os.makedirs(self.path, exist_ok=True)
+        self.fingerprint = RunFingerprint(self.path)
         state_file = os.path.join(self.path, "run.json")
         if os.path.exists(state_file):
-            with open(state_file) as f:
-                self.run_id = json.load(f)["run_id"]
+            state = _read_state(
+                state_file,
+                "run_id",
+                what="the run's state",
+                fix=f"Delete the rundir {self.path!r} to start the run over, and launch again",
+            )
+            self.run_id = state["run_id"]
+            # plans depend on the worker count: a relaunch plans as the first launch did,
+            # so every shard id names the same rows (run dirs from before had no minimum)
+            self.plan_workers = state.get("plan_workers", 1)
         else:
             self.run_id = new_run_id()
-            with open(state_file, "w") as f:
-                json.dump({"run_id": self.run_id, "name": name, "created_at": time.time()}, f)
+            self.plan_workers = workers
+            _write_json_atomic(
+                state_file,
+                {
+                    "run_id": self.run_id,
+                    "name": name,
+                    "created_at": time.time(),
+                    "plan_workers": workers,
+                },
+            )
 
     def _stage_dir(self, index: int) -> str:
         return os.path.join(self.path, f"stage-{index:03d}")
@@ -177,30 +249,27 @@ class _RunDir:
             directory = self._stage_dir(index)
             os.makedirs(directory, exist_ok=True)
             for name in os.listdir(directory):
-                if name.endswith(".json"):
+                if name.endswith(".json") and not name.startswith("."):
                     path = os.path.join(directory, name)
-                    with open(path) as f:
-                        manifest = AttemptManifest.from_json(json.load(f), where=path)
+                    data = _read_state(
+                        path,
+                        "shard_id",
+                        what="a completed shard's marker",
+                        fix="Delete the file (that shard is then run again) and launch again",
+                    )
+                    manifest = AttemptManifest.from_json(data, where=path)
                     done[manifest.shard_id] = manifest
         return done
 
     def mark(self, index: int, manifest: AttemptManifest) -> None:
         done = self.completed(index)
         directory = self._stage_dir(index)
-        tmp = os.path.join(directory, f".{manifest.shard_id}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest.to_json(), f)
-        os.replace(tmp, os.path.join(directory, f"{manifest.shard_id}.json"))
+        _write_json_atomic(os.path.join(directory, f"{manifest.shard_id}.json"), manifest.to_json())
         done[manifest.shard_id] = manifest
 
     def cleanup(self) -> None:
         if self.temporary:
             shutil.rmtree(self.path, ignore_errors=True)
-
-
-def _context():
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def _run_sharded(
@@ -212,15 +281,25 @@ def _run_sharded(
     rundir: _RunDir,
     progress: StageProgress,
     exiting: list[Any],
+    start_method: str,
+    lease: Lease | None = None,
 ) -> None:
-    ctx = _context()
+    ctx = worker_context(start_method)
+    sent = stage_for_workers(stage, start_method)
+    forked = start_method == "fork"
+    parent_pid = 0 if start_method == "forkserver" else os.getpid()
     todo = collections.deque(shards)
     n = min(num_workers, len(shards))
     procs: list[Any] = []
     conns: list[Any] = []
     for w in range(n):
         parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, args=(stage, run_id, child_end, w), daemon=True)
+        inherited = (*conns, parent_end) if forked else ()
+        p = ctx.Process(
+            target=_worker_main,
+            args=(sent, run_id, child_end, w, lease, inherited, parent_pid),
+            daemon=True,
+        )
         p.start()
         child_end.close()  # the worker holds the only other end: its exit reads as EOF
         procs.append(p)
@@ -340,22 +419,66 @@ def _reap(exiting: list[Any]) -> None:
         p.join(timeout=5)
 
 
-def launch(sequence: Any, *, name: str | None, num_workers: int, rundir: str | None) -> LaunchStats:
+def launch(
+    sequence: Any,
+    *,
+    name: str | None,
+    num_workers: int,
+    rundir: str | None,
+    start_method: str | None = None,
+    fresh: bool = False,
+    owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
+) -> LaunchStats:
     check_positive("num_workers", num_workers)
+    if not (isinstance(owner_stale_after_s, int | float) and owner_stale_after_s > 0):
+        raise ValueError(
+            f"owner_stale_after_s must be a positive number of seconds, got {owner_stale_after_s!r}"
+        )
+    start_method = resolve_start_method(start_method)
     name = name or "refiner"
-    state = _RunDir(rundir, name)
+    state = _RunDir(rundir, name, num_workers, fresh=fresh)
     stats = LaunchStats(
         name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
     )
     started = time.monotonic()
     exiting: list[Any] = []  # workers done with their stage, reaped when the launch ends
+    owners: dict[str, OutputOwnership] = {}
     try:
-        _run_stages(sequence, stats, state, name, num_workers, exiting)
+        state.fingerprint.check_stages(describe_sequence(sequence))
+        for stage in sequence.stages:
+            sink = getattr(stage, "sink", None)
+            if sink is not None and sink.exclusive_owner and sink.url not in owners:
+                ownership = OutputOwnership(
+                    sink.folder, run_id=state.run_id, stale_after_s=owner_stale_after_s
+                )
+                try:
+                    ownership.acquire()
+                except Exception as exc:
+                    exc.add_note(
+                        f"raised while taking the output folder {sink.url} for {name} "
+                        f"(run {state.run_id})"
+                    )
+                    raise
+                owners[sink.url] = ownership
+                ownership.start_heartbeats()
+        _run_stages(sequence, stats, state, name, num_workers, exiting, start_method, owners)
     finally:
         _reap(exiting)
+        for ownership in owners.values():
+            ownership.release()
         state.cleanup()
     stats.elapsed_s = round(time.monotonic() - started, 3)
     return stats
+
+
+def _lease(owners: dict[str, OutputOwnership], stage: Any) -> Lease | None:
+    """The launch's lease on the stage's output folder (checked first), if it has one."""
+    sink = getattr(stage, "sink", None)
+    ownership = owners.get(sink.url) if sink is not None else None
+    if ownership is None:
+        return None
+    ownership.check()
+    return ownership.lease()
 
 
 def _run_stages(
@@ -365,14 +488,27 @@ def _run_stages(
     name: str,
     num_workers: int,
     exiting: list[Any],
+    start_method: str,
+    owners: dict[str, OutputOwnership],
 ) -> None:
+    writes: dict[int, int] = {}  # id of a write stage's sink -> the stage's index
     for index, stage in enumerate(sequence.stages):
         stage_started = time.monotonic()
         st = StageStats(index=index, kind=stage.kind, name=stage.name)
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
+        lease = _lease(owners, stage)
         if stage.kind == "finalize":
-            st.summary = stage.run(run_id=state.run_id)
+            write_index = writes.get(id(stage.sink))
+            accepted = None
+            if write_index is not None:  # the attempts this run dir accepted, no others
+                done = state.completed(write_index)
+                accepted = {shard_id: m.attempt_id for shard_id, m in done.items()}
+            try:
+                st.summary = stage.run(run_id=state.run_id, lease=lease, accepted=accepted)
+            except Exception as exc:
+                exc.add_note(f"raised by {label} (run {state.run_id})")
+                raise
             stats.summary = st.summary
             st.rows = st.summary.get("rows_written", 0)
             st.bytes = st.summary.get("bytes_written", 0)
@@ -380,7 +516,14 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
-            shards = stage.plan(run_id=state.run_id)
+            if stage.kind == "write":
+                writes[id(stage.sink)] = index
+            try:
+                shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)
+            except Exception as exc:
+                exc.add_note(f"raised while planning {label} (run {state.run_id})")
+                raise
+            state.fingerprint.check_shards(index, describe_stage(stage), shards)
             done = state.completed(index)
             todo = [s for s in shards if s.id not in done]
             st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)
@@ -389,7 +532,16 @@ def _run_stages(
             try:
                 if todo:
                     _run_sharded(
-                        stage, index, todo, num_workers, state.run_id, state, progress, exiting
+                        stage,
+                        index,
+                        todo,
+                        num_workers,
+                        state.run_id,
+                        state,
+                        progress,
+                        exiting,
+                        start_method,
+                        lease,
                     )
             finally:
                 progress.close()

@@ -29,8 +29,9 @@ class ShardStage(Protocol):
     kind: str
     name: str
 
-    def plan(self, run_id: str) -> list[Any]:
-        """The shards of this run (and anything the stage sets up before they run)."""
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        """The shards of this run (and anything the stage sets up before they run), for
+        ``workers`` processes sharing them."""
 
     def run_task(
         self, shards: list[Any], *, run_id: str, attempt_id: str | None = None
@@ -46,8 +47,10 @@ class ShardStage(Protocol):
         worker: Any,
         progress: Callable[[int, int], None] | None = None,
         attempt_id: str | None = None,
+        lease: Any = None,
     ) -> AttemptManifest:
-        """Run one attempt of ``shard`` on a worker context and persist its manifest."""
+        """Run one attempt of ``shard`` on a worker context and persist its manifest
+        (only while ``lease``, the launch's ownership of the output folder, holds)."""
 
 
 @runtime_checkable
@@ -57,8 +60,17 @@ class ReduceStage(Protocol):
     kind: str
     name: str
 
-    def run(self, run_id: str) -> DatasetSummary:
-        """Reduce the run's attempts (keep one per shard, commit, clean up) and summarize."""
+    def run(
+        self,
+        run_id: str,
+        *,
+        lease: Any = None,
+        accepted: dict[str, str] | None = None,
+    ) -> DatasetSummary:
+        """Reduce the run's attempts (keep one per shard, commit, clean up) and summarize.
+
+        ``lease`` is the launch's ownership of the output folder (without one the stage
+        takes it for its own duration); ``accepted`` names the attempt to keep per shard."""
 
 
 Stage = ShardStage | ReduceStage

@@ -9,7 +9,15 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import SchemaBuilder
-from ..manifests import AttemptManifest, make_manifest, new_attempt_id, write_manifest
+from ..io.open_uploads import record_failed_aborts
+from ..manifests import (
+    AttemptManifest,
+    attempt_key,
+    make_manifest,
+    new_attempt_id,
+    write_manifest,
+)
+from ..sources.arrow_cast import schema_with_fields
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 
@@ -28,8 +36,9 @@ class ShardedStage:
     def name(self) -> str:
         return f"run {self.pipeline.source.name}"
 
-    def plan(self, run_id: str) -> list[Any]:
-        return self.pipeline.plan()
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        """The stage's shards, for ``workers`` processes sharing them."""
+        return self.pipeline.plan(workers=workers)
 
     def run_task(
         self, shards: list[Any], *, run_id: str, attempt_id: str | None = None
@@ -55,7 +64,14 @@ class ShardedStage:
         worker: WorkerContext,
         progress: Progress | None = None,
         attempt_id: str | None = None,
+        lease: Any = None,
     ) -> AttemptManifest:
+        """Run one attempt of ``shard`` and persist its manifest.
+
+        With a ``lease`` (the launcher's ownership of the output folder), the manifest
+        is only written while the lease holds; otherwise the attempt's files are
+        removed and :class:`~refiner_core.io.ownership.OwnershipLost` is raised.
+        """
         attempt_id = attempt_id or new_attempt_id()
         started = time.time()
         counters = ShardCounters()
@@ -70,11 +86,20 @@ class ShardedStage:
             counters=totals,
             steps=[c.to_dict() for c in counters.steps],
         )
+        if lease is not None:
+            try:
+                lease.check()
+            except BaseException:
+                self.discard(manifest)
+                raise
         self.persist(manifest)
         return manifest
 
     def persist(self, manifest: AttemptManifest) -> None:
         """Plain runs keep manifests in memory only."""
+
+    def discard(self, manifest: AttemptManifest) -> None:
+        """Remove what an attempt wrote (plain runs write nothing)."""
 
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress
@@ -103,19 +128,30 @@ class WriteStage(ShardedStage):
     def name(self) -> str:
         return self.sink.describe()
 
-    def plan(self, run_id: str) -> list[Any]:
-        shards = self.pipeline.plan()
+    def plan(self, run_id: str, workers: int = 1) -> list[Any]:
+        shards = self.pipeline.plan(workers=workers)
         self.sink.prepare(run_id)
         return shards
 
     def persist(self, manifest: AttemptManifest) -> None:
         write_manifest(self.sink.folder, manifest)
 
+    def discard(self, manifest: AttemptManifest) -> None:
+        for relative in [*manifest.files, *manifest.asset_dirs]:
+            self.sink.folder.rm(relative, recursive=True)
+
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress
     ) -> dict[str, Any]:
         builder = SchemaBuilder(self.pipeline.declared_fields(), self.pipeline.source.schema_hint())
         writer = self.sink.open_attempt(shard.id, attempt_id, run_id)
+        try:
+            return await self._write_rows(shard, worker, counters, progress, builder, writer)
+        finally:
+            record_failed_aborts(self.sink.folder, attempt_key(shard.id, attempt_id))
+
+    async def _write_rows(self, shard, worker, counters, progress, builder, writer) -> dict:
+        """Stream the shard's blocks into ``writer``; abort it on any failure."""
         rows = 0
         try:
             async for block in shard_blocks(
@@ -133,7 +169,20 @@ class WriteStage(ShardedStage):
                 await writer.write(table)
                 if progress is not None:
                     progress(table.num_rows, table.nbytes)
+            if rows == 0 and writer.empty_schema is None:
+                writer.empty_schema = _known_output_schema(self.pipeline)
             return await writer.close()
         except BaseException:
             await writer.abort()
             raise
+
+
+def _known_output_schema(pipeline: Any) -> pa.Schema | None:
+    """The columns a pipeline's rows have without seeing one: the source's (with declared
+    dtypes) when every step only filters; ``None`` when a step may change them."""
+    if any(step.kind != "filter" for step in pipeline.steps):
+        return None
+    hint = pipeline.source.schema_hint()
+    if hint is None:
+        return None
+    return schema_with_fields(hint, pipeline.declared_fields())

@@ -7,6 +7,7 @@ key echoed back by a server never reaches a log, a traceback or run metadata.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,15 +17,36 @@ BODY_LIMIT = 500
 _MASK = "***"
 
 
+def _escaped_pattern(secret: str) -> re.Pattern[str]:
+    """``secret`` with each character literal or JSON-escaped (``\\u0073``, ``\\/``)."""
+    parts = []
+    for ch in secret:
+        options = [re.escape(ch)]
+        if ord(ch) < 0x10000:
+            hex_digits = "".join(
+                f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{ord(ch):04x}"
+            )
+            options.append(r"\\u" + hex_digits)
+        if ch == "/":
+            options.append(r"\\/")
+        parts.append(f"(?:{'|'.join(options)})")
+    return re.compile("".join(parts))
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret in ``text`` with ``***``.
+    """Replace every occurrence of each secret in ``text`` with ``***``, also when a
+    server echoed it JSON-escaped (``\\u0073\\u006b-...``).
 
     >>> scrub("bad key sk-123456", ["sk-123456"])
     'bad key ***'
+    >>> scrub('{"key": "\\\\u0073\\\\u006B-123456"}', ["sk-123456"])
+    '{"key": "***"}'
     """
     for secret in secrets:
         if secret:
             text = text.replace(secret, _MASK)
+            if "\\" in text:
+                text = _escaped_pattern(secret).sub(_MASK, text)
     return text
 
 

@@ -1,16 +1,23 @@
 """Storage access: files and folders over fsspec, blob reads, s3 multipart writes."""
 
 from .blob import read_blob, validate_reference
+from .blob_batch import iter_blobs, read_blobs
+from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 
 __all__ = [
+    "ChecksumMismatchError",
     "DataFile",
     "DataFolder",
     "check_relative",
+    "checksum_of",
     "full_url",
     "is_local",
     "is_s3",
+    "iter_blobs",
+    "parse_checksum",
     "read_blob",
+    "read_blobs",
     "resolve",
     "validate_reference",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .checksum import reference_checksum, verify_checksum
 from .datafile import resolve
 
 
@@ -30,8 +31,18 @@ def validate_reference(ref: Any) -> tuple[str, int, int]:
     return path, offset, size
 
 
-def read_blob(ref: Mapping[str, Any], *, storage_options: dict[str, Any] | None = None) -> bytes:
+def read_blob(
+    ref: Mapping[str, Any],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = False,
+) -> bytes:
     """Read exactly bytes ``[offset, offset + size)`` of ``ref["path"]`` with one ranged read.
+
+    By default that read is all it does. ``verify=True`` also checks the bytes against
+    the reference's ``checksum`` (written by ``BlobAssetConfig(checksum=...)``) and raises
+    :class:`~refiner_core.io.checksum.ChecksumMismatchError` naming the path, offset and
+    both digests when they differ; a reference without a checksum is a ``ValueError``.
 
     Example:
         >>> import tempfile, os, refiner_core as mdr
@@ -41,10 +52,30 @@ def read_blob(ref: Mapping[str, Any], *, storage_options: dict[str, Any] | None 
         b'de'
     """
     path, offset, size = validate_reference(ref)
-    if size == 0:
-        return b""
-    fs, fs_path = resolve(path, storage_options)
-    return read_range(fs, fs_path, offset, size, url=path)
+    expected = required_checksum(ref) if verify else None
+    data = b""
+    if size:
+        fs, fs_path = resolve(path, storage_options)
+        data = read_range(fs, fs_path, offset, size, url=path)
+    if expected is not None:
+        verify_checksum(data, expected, describe=describe_reference(path, offset, size))
+    return data
+
+
+def describe_reference(path: str, offset: int, size: int) -> str:
+    return f"blob reference {path!r} [{offset}, {offset + size})"
+
+
+def required_checksum(ref: Mapping[str, Any]) -> str:
+    """The checksum of ``ref`` for ``verify=True``; ``ValueError`` when it has none."""
+    checksum = reference_checksum(ref)
+    if checksum is None:
+        raise ValueError(
+            f"blob reference {ref.get('path')!r} at offset {ref.get('offset')} has no checksum "
+            "to verify: write it with BlobAssetConfig(checksum='sha256' or 'crc32c'), "
+            "or read it with verify=False"
+        )
+    return checksum
 
 
 def read_range(fs: Any, path: str, offset: int, size: int, *, url: str) -> bytes:

@@ -21,13 +21,14 @@ import os
 import posixpath
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+if TYPE_CHECKING:  # fsspec is imported on first use: a tenth of `import refiner_core`
+    import fsspec
 
 _KEPT_ACROSS_FORK: list[Any] = []
 
@@ -40,6 +41,9 @@ def _keep_io_state_across_fork() -> None:
     cleanup would unregister the parent's descriptors from that shared epoll, and the
     parent's next call on the loop would stall until some timer woke it up.
     """
+    if "fsspec" not in sys.modules:
+        return  # nothing of fsspec's exists yet
+    import fsspec
     import fsspec.asyn
 
     kept: list[Any] = [fsspec.asyn.loop[0], fsspec.asyn.iothread[0]]
@@ -58,6 +62,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
     return isinstance(fs, LocalFileSystem)
 
 
@@ -70,7 +76,9 @@ def resolve(url: str, storage_options: dict[str, Any] | None = None):
     """Return ``(fs, path)`` for ``url``; installs the s3 multipart writer for s3fs."""
     if not isinstance(url, str) or not url:
         raise ValueError(f"expected a non-empty path or URL, got {url!r}")
-    fs, path = fsspec.core.url_to_fs(os.fspath(url), **(storage_options or {}))
+    from fsspec.core import url_to_fs
+
+    fs, path = url_to_fs(os.fspath(url), **(storage_options or {}))
     if is_s3(fs):
         from .s3_multipart import install_if_s3
 
@@ -175,7 +183,8 @@ class DataFolder:
         base = self.join(relative) if relative else self.path
         prefix = self.path.rstrip("/") + "/"
         try:
-            found = self.fs.find(base)
+            with self._context("ListObjectsV2", base):
+                found = self.fs.find(base)
         except FileNotFoundError:
             return []
         return sorted(p[len(prefix) :] if p.startswith(prefix) else p for p in found)
@@ -185,7 +194,8 @@ class DataFolder:
         listing; empty if it is absent)."""
         base = self.join(relative) if relative else self.path
         try:
-            entries = self.fs.ls(base, detail=False, refresh=True)
+            with self._context("ListObjectsV2", base):
+                entries = self.fs.ls(base, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         return sorted(
@@ -208,15 +218,31 @@ class DataFolder:
                 self._made_dirs.add(directory)
             shutil.copyfile(path, destination)
         else:
-            fs.copy(path, destination)
+            with self._context(f"CopyObject from {full_url(fs, path)}", destination):
+                fs.copy(path, destination)
 
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError), self._context("DeleteObjects", path):
             self.fs.rm(path, recursive=recursive)
 
     def read_bytes(self, relative: str) -> bytes:
-        return self.fs.cat_file(self.join(relative))
+        """The whole file; never answered from a directory listing cached before another
+        process wrote it (s3fs sizes an object from its cached listing first)."""
+        path = self.join(relative)
+        if not is_local(self.fs):
+            self.fs.invalidate_cache(path)
+        with self._context("GetObject", path):
+            return self.fs.cat_file(path)
+
+    def _context(self, operation: str, path: str) -> contextlib.AbstractContextManager:
+        """On S3, errors of the block name ``operation``, the object and the attempts."""
+        fs = self.fs
+        if not is_s3(fs):
+            return contextlib.nullcontext()
+        from .s3_errors import s3_context
+
+        return s3_context(operation, full_url(fs, path), retries=fs.retries)
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_atomic(relative) as f:

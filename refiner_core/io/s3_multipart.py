@@ -31,9 +31,18 @@ from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from .log_redaction import install_log_redaction
+from .s3_errors import with_s3_context
 from .upstream import check_hooks
 
-__all__ = ["install", "install_if_s3", "is_s3_backed", "open_output", "part_size_for"]
+__all__ = [
+    "install",
+    "install_if_s3",
+    "is_s3_backed",
+    "open_output",
+    "part_size_for",
+    "take_failed_aborts",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +60,19 @@ _STOCK_S3FILE: type[s3fs.core.S3File] = getattr(
 )
 _install_lock = threading.Lock()
 _REWIND_HOOK_ID = "refiner-rewind-part-body"
+
+
+_failed_aborts: list[dict[str, str]] = []
+_failed_aborts_lock = threading.Lock()
+
+
+def take_failed_aborts() -> list[dict[str, str]]:
+    """Uploads (``bucket``, ``key``, ``upload_id``) whose abort failed in this process since
+    the last call; the caller records them so their abort can be retried later."""
+    with _failed_aborts_lock:
+        taken = list(_failed_aborts)
+        _failed_aborts.clear()
+    return taken
 
 
 class _PartBuffer(io.BytesIO):
@@ -75,6 +97,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._ready: list[_PartBuffer] = []  # full parts waiting for the next batch
+        self._operation = "write"  # the S3 call under way, named by errors
         super().__init__(*args, **kwargs)
 
     def write(self, data: Any) -> int:
@@ -117,11 +140,15 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         try:
             if self.offset is None:
                 self.offset = 0
+                self._operation = "CreateMultipartUpload"
                 self._initiate_upload()
             self._upload_chunk(final=force)
         except BaseException as exc:
-            self._fail(exc)
-            raise
+            error = self._in_context(exc)
+            self._fail(error)
+            if error is exc:
+                raise
+            raise error from exc
 
     def _upload_chunk(self, final: bool = False) -> bool:
         one_shot_put = (
@@ -137,11 +164,21 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         return False
 
     def commit(self) -> None:
+        self._operation = "CompleteMultipartUpload" if self.mpu else "PutObject"
         try:
             super().commit()
         except BaseException as exc:
-            self._fail(exc)
-            raise
+            error = self._in_context(exc)
+            self._fail(error)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _in_context(self, exc: BaseException) -> BaseException:
+        """``exc`` naming the S3 operation that failed, the object and the attempts made."""
+        return with_s3_context(
+            exc, operation=self._operation, url=f"s3://{self.path}", retries=self.fs.retries
+        )
 
     def discard(self) -> None:
         self._fail(None)
@@ -205,21 +242,31 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         ]
         # Wait for every part before raising, so no part lands after the abort.
         outs = await asyncio.gather(*calls, return_exceptions=True)
-        for out in outs:
+        for number, out in enumerate(outs, start=first):
             if isinstance(out, BaseException):
+                self._operation = f"UploadPart {number}"
                 raise out
         return outs
 
     def _fail(self, exc: BaseException | None) -> None:
-        """Abort the multipart upload and drop buffered data; the file becomes unusable."""
+        """Abort the multipart upload and drop buffered data; the file becomes unusable.
+
+        An abort that fails too is remembered for :func:`take_failed_aborts`, so the
+        writer's finalization can retry it."""
         upload_id = (self.mpu or {}).get("UploadId")
         try:
             self._abort_mpu()
         except Exception as abort_exc:
+            if upload_id is not None:
+                with _failed_aborts_lock:
+                    _failed_aborts.append(
+                        {"bucket": self.bucket, "key": self.key, "upload_id": upload_id}
+                    )
             message = (
                 f"aborting multipart upload {upload_id} for s3://{self.path} also failed "
-                f"({abort_exc!r}); abort it with fs.abort_mpu(bucket, key, upload_id) or "
-                "let a bucket lifecycle rule remove incomplete uploads"
+                f"({abort_exc!r}); the output's finalization retries it, or abort it with "
+                "fs.abort_mpu(bucket, key, upload_id) or let a bucket lifecycle rule remove "
+                "incomplete uploads"
             )
             if exc is None:
                 raise
@@ -243,6 +290,7 @@ def install() -> None:
     'BatchedS3File'
     """
     with _install_lock:
+        install_log_redaction()
         if s3fs.core.S3File is BatchedS3File:
             return
         check_hooks()

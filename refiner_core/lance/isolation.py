@@ -8,6 +8,15 @@ it ever used Lance (calls that cannot be pickled run in a child forked for them)
 :func:`iter_isolated` streams Arrow tables back from a child forked per stream.
 Worker processes, forked from a process that never used Lance, call it directly.
 
+Why this stays rather than starting Lance workers with ``forkserver``/``spawn`` (which
+need no isolation, and which ``launch_local(start_method=...)`` offers): such a worker
+receives its stage by value, pickled, where a forked one shares the launcher's memory.
+Measured with ``bench/bench_lance.py --workers 1 --repeat 5 --start-method forkserver``
+(1M rows x 10 columns held in the pipeline), write_lance took 0.686 s against 0.191 s
+forked, 4.6x instead of 1.27x a fresh ``lance.write_dataset`` (target 1.3x), while
+``bench_launch.py`` puts a fork-server stage's fixed cost at 0.03 s. Fork stays the
+default for Lance work, and with it this module.
+
 Example:
     >>> from refiner_core.lance.isolation import call_isolated
     >>> call_isolated(pow, 2, 10)
@@ -45,6 +54,13 @@ def isolating() -> bool:
         and not _FELL_BACK
         and "fork" in multiprocessing.get_all_start_methods()
     )
+
+
+def call_lance_here() -> None:
+    """Call Lance in this process from now on: for a worker that was started fresh
+    (spawn, forkserver) and so forks no workers of its own."""
+    global _HOME_PID
+    _HOME_PID = -1
 
 
 def read_exactly(f: Any, n: int) -> bytes:

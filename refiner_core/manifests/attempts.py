@@ -26,6 +26,8 @@ ASSET_COUNTER_KEYS = (
     "bytes_coalesced",
     "ranges_copied",
     "bytes_range_copied",
+    "assets_deduplicated",
+    "bytes_deduplicated",
     "missing_assets",
     "cells_nulled",
     "rows_dropped",
@@ -38,9 +40,10 @@ BYTE_COUNTER_KEYS = (
     "block_bytes",
     "bytes_coalesced",
     "bytes_range_copied",
+    "bytes_deduplicated",
 )
 # Counters only a finalization records (in its summary, next to the summed COUNTER_KEYS).
-FINALIZE_COUNTER_KEYS = ("rejected_attempts_removed", "files_removed", "shards")
+FINALIZE_COUNTER_KEYS = ("rejected_attempts_removed", "files_removed", "shards", "uploads_aborted")
 
 
 def new_attempt_id() -> str:

@@ -181,6 +181,7 @@ _SUMMARY_FIELDS = (
     "asset_mode",
     "missing_policy",
     "commit",
+    "open_uploads",
     "finalized_at",
     "elapsed_s",
 )
@@ -216,6 +217,9 @@ class DatasetSummary(Mapping[str, Any]):
     asset_mode: AssetForm | None = None
     missing_policy: MissingPolicy | None = None
     commit: dict[str, Any] = field(default_factory=dict)
+    open_uploads: tuple[dict[str, str], ...] = ()
+    """Multipart uploads whose abort failed even when finalization retried it, each with
+    the call that aborts it; empty when none was left open."""
     finalized_at: float = 0.0
     elapsed_s: float = 0.0
 
@@ -256,6 +260,7 @@ class DatasetSummary(Mapping[str, Any]):
                 asset_mode=data.get("asset_mode"),
                 missing_policy=data.get("missing_policy"),
                 commit=dict(data.get("commit") or {}),
+                open_uploads=tuple(dict(u) for u in data.get("open_uploads", ())),
                 finalized_at=float(data.get("finalized_at", 0.0)),
                 elapsed_s=float(data.get("elapsed_s", 0.0)),
             )

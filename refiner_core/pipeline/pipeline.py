@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
+from ..datatype import asset_of
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
+from ..sources.base import check_shard_ids
+from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
 from .steps import Step, make_step
@@ -128,9 +132,17 @@ class Pipeline:
             fields.update(step.fields)
         return fields
 
-    def plan(self) -> list[Any]:
-        """List this pipeline's shards (reads only metadata)."""
-        return self.source.plan()
+    def plan(self, *, workers: int = 1) -> list[Any]:
+        """List this pipeline's shards (reads only metadata), for ``workers`` processes
+        sharing them: rows that point at media (asset columns) are cut into enough
+        shards to keep every worker busy. Their ids are checked here, before anything
+        is written."""
+        media = any(asset_of(f) is not None for f in self.declared_fields().values())
+        hint = ShardHint(workers=workers, media=media)
+        # a source written before plans took a hint has plan(self)
+        takes_hint = bool(inspect.signature(self.source.plan).parameters)
+        shards = self.source.plan(hint) if takes_hint else self.source.plan()
+        return check_shard_ids(list(shards), source=self.source.name)
 
     # writers ----------------------------------------------------------------
     def write(self, format: Format, output: str, **options: Any):
@@ -232,11 +244,23 @@ class Pipeline:
         return list(self.iter_rows())
 
     def launch_local(
-        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        num_workers: int = 1,
+        rundir: str | None = None,
+        start_method: str | None = None,
+        fresh: bool = False,
+        owner_stale_after_s: float = 120.0,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence
 
         return PipelineSequence.of(self).launch_local(
-            name=name, num_workers=num_workers, rundir=rundir
+            name=name,
+            num_workers=num_workers,
+            rundir=rundir,
+            start_method=start_method,
+            fresh=fresh,
+            owner_stale_after_s=owner_stale_after_s,
         )

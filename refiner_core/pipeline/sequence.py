@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..execution.stages import ShardedStage, WriteStage
+from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..manifests import DatasetSummary
 
 
@@ -100,13 +101,45 @@ class PipelineSequence:
         return None
 
     def launch_local(
-        self, *, name: str | None = None, num_workers: int = 1, rundir: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        num_workers: int = 1,
+        rundir: str | None = None,
+        start_method: str | None = None,
+        fresh: bool = False,
+        owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
     ):
         """Run every stage in order with ``num_workers`` worker processes.
 
         Completed shards recorded in ``rundir`` are not redone when the same run is
-        launched again. Returns :class:`LaunchStats` with the finalization summary.
+        launched again (it is planned for the worker count of its first launch).
+        ``start_method`` is how workers start: ``"fork"`` (the default where it is
+        safe), ``"forkserver"`` or ``"spawn"``; the last two receive the stages pickled
+        with cloudpickle, and a script using them must guard its entry point with
+        ``if __name__ == "__main__":`` as any multiprocessing program does.
+
+        The run dir records a fingerprint of the pipeline (its stages, steps, sinks and
+        planned shards): launching a different pipeline on it raises
+        :class:`~refiner_core.execution.fingerprint.RunDirMismatch` naming what
+        differs, unless ``fresh=True``, which discards the run dir's progress and starts
+        a new run.
+
+        While it runs, the launch owns each output folder it writes
+        (``<output>/_refiner/owners/``): another launch on a folder it owns fails at
+        once with :class:`~refiner_core.io.ownership.OutputFolderBusy`. A launch that
+        died (its process gone on this machine, or no heartbeat for
+        ``owner_stale_after_s`` seconds, 120 by default) is taken over. Returns
+        :class:`LaunchStats` with the finalization summary.
         """
         from ..execution.launcher import launch
 
-        return launch(self, name=name, num_workers=num_workers, rundir=rundir)
+        return launch(
+            self,
+            name=name,
+            num_workers=num_workers,
+            rundir=rundir,
+            start_method=start_method,
+            fresh=fresh,
+            owner_stale_after_s=owner_stale_after_s,
+        )

@@ -12,9 +12,11 @@ from typing import Any
 import pyarrow as pa
 
 from ..blocks import conform
+from ..datatype import asset_of, with_asset_form
 from ..io.datafile import DataFolder
 from ..manifests import LAYOUT_PATH, AttemptManifest, attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
+from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
@@ -32,6 +34,11 @@ class FolderSink:
     # Rows per Arrow block this sink prefers from a pipeline without row steps; None
     # takes the engine's default.
     arrow_block_rows: int | None = None
+    # File name endings the format's reader picks up in a folder.
+    read_suffixes: tuple[str, ...] = ()
+    # One run at a time owns the output folder (see refiner_core.io.ownership), as
+    # finalization deletes what other runs left in it.
+    exclusive_owner = True
 
     def __init__(
         self,
@@ -93,6 +100,11 @@ class FileSink(FolderSink):
             if filename_template is None
             else filename_template
         )
+        if filename_template is not None:
+            self.template.check_readable(
+                suffixes=self.read_suffixes or (f".{self.extension}",),
+                asset_subdir=self.assets.subdir if self.assets else None,
+            )
 
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
         return FileAttemptWriter(self, shard_id, attempt_id)
@@ -116,6 +128,8 @@ class FileAttemptWriter:
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
+        # The columns of an attempt that wrote no rows, when known (see empty_result).
+        self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
 
     def data_file(self) -> str:
@@ -146,6 +160,8 @@ class FileAttemptWriter:
 
     def _write_table(self, table: pa.Table) -> None:
         if table.num_rows == 0:
+            if table.num_columns and self.empty_schema is None:
+                self.empty_schema = table.schema
             return
         if self._schema is None:
             self._schema = self._open(table.schema)
@@ -160,6 +176,16 @@ class FileAttemptWriter:
         self._file = self._stack.enter_context(self.sink.folder.open_atomic(self.relative))
         self._writer = self.sink.open_table_writer(self._file, schema)
         return schema
+
+    def _output_schema(self, schema: pa.Schema) -> pa.Schema:
+        """``schema`` with its asset columns in the form this attempt's asset writer writes."""
+        if self.assets is None:
+            return schema
+        fields = [
+            with_asset_form(f, self.assets.output_form) if asset_of(f) is not None else f
+            for f in schema
+        ]
+        return pa.schema(fields, metadata=schema.metadata)
 
     def _put(self, table: pa.Table) -> None:
         self._writer.write(table)
@@ -176,6 +202,9 @@ class FileAttemptWriter:
             written["asset_dirs"] = asset_result.get("asset_dirs", [])
             written["counters"].update(asset_result.get("counters", {}))
         bytes_written = 0
+        if self._writer is None and self.sink.read_suffixes:
+            schema = self._output_schema(self.empty_schema or pa.schema([]))
+            written["extra"] = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
         if self._writer is not None:
             self._writer.close()
             bytes_written = self._file.tell()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import time
 from typing import Any
 
 from ..io.datafile import completed_name
+from ..io.open_uploads import retry_open_uploads
+from ..io.ownership import Lease, OutputOwnership
 from ..manifests import (
+    MANIFEST_DIR,
     AttemptManifest,
     DatasetSummary,
     choose_committed,
@@ -15,6 +19,7 @@ from ..manifests import (
     parse_attempt_key,
     read_manifests,
 )
+from .empty_result import write_empty_result
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -36,6 +41,24 @@ def remove_attempt(folder: Any, manifest: AttemptManifest) -> int:
     return len(named)
 
 
+def _only_accepted(
+    manifests: list[AttemptManifest], accepted: dict[str, str] | None, output: str
+) -> list[AttemptManifest]:
+    """The manifests of the accepted attempts (all of them when nothing is given)."""
+    if accepted is None:
+        return manifests
+    kept = [m for m in manifests if accepted.get(m.shard_id) == m.attempt_id]
+    found = {m.shard_id for m in kept}
+    missing = sorted(set(accepted) - found)
+    if missing:
+        raise FileNotFoundError(
+            f"{output}: the accepted attempt of shard {missing[0]} ({accepted[missing[0]]}) has "
+            f"no manifest under {output}/_refiner/attempts (removed by hand?); "
+            f"{len(missing)} shard(s) are affected. Launch again with fresh=True to rewrite them"
+        )
+    return kept
+
+
 class FinalizeStage:
     """Reducer over persisted manifests; runs once after the write stage, and is idempotent.
 
@@ -54,43 +77,89 @@ class FinalizeStage:
     def name(self) -> str:
         return f"finalize {self.sink.describe()}"
 
-    def run(self, run_id: str) -> DatasetSummary:
+    def run(
+        self,
+        run_id: str,
+        *,
+        lease: Lease | None = None,
+        accepted: dict[str, str] | None = None,
+    ) -> DatasetSummary:
+        """Finalize ``run_id``'s attempts; returns the summary it wrote.
+
+        ``lease`` is the launcher's ownership of the output folder; without one this
+        takes the folder's ownership for its own duration (another live run owning
+        it is an error). ``accepted`` maps shard ids to the attempt the launcher
+        accepted for them: only those are kept, other attempts of the run (say of
+        workers of a launcher that died) are rejected.
+        """
+        if lease is not None or not self.sink.exclusive_owner:
+            return self._finalize(run_id, lease, accepted)
+        with OutputOwnership(self.sink.folder, run_id=run_id) as ownership:
+            return self._finalize(run_id, ownership.lease(), accepted)
+
+    def _finalize(
+        self, run_id: str, lease: Lease | None, accepted: dict[str, str] | None
+    ) -> DatasetSummary:
         started = time.time()
         folder = self.sink.folder
         manifests = self.select_manifests(read_manifests(folder), run_id)
-        committed = choose_committed(manifests, run_id)
+        committed = choose_committed(_only_accepted(manifests, accepted, folder.url), run_id)
         keep = {m.key for m in committed.values()}
+        if lease is not None:
+            lease.check()
         commit_info = self.sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
 
-        rejected: set[tuple[str, str]] = set()
-        files_removed = 0
-        for m in manifests:
-            key = m.key
-            if key not in keep:
-                rejected.add(key)
-                files_removed += remove_attempt(folder, m)
-        files_removed += self._remove_orphans(keep, rejected, run_id)
-
+        empty_files = write_empty_result(self.sink, committed)
+        uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
+        totals["files_written"] = totals.get("files_written", 0) + len(empty_files)
+        totals["uploads_aborted"] = uploads["uploads_aborted"]
         summary = DatasetSummary(
             output=folder.url,
             format=self.sink.format,
             run_id=run_id,
             shards=len(committed),
             counters=totals,
-            rejected_attempts_removed=len(rejected),
-            files_removed=files_removed,
-            files=tuple(sorted(f for m in committed.values() for f in m.files)),
+            files=tuple(sorted([*(f for m in committed.values() for f in m.files), *empty_files])),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
             asset_mode=self.sink.assets.form if self.sink.assets else None,
             missing_policy=self.sink.assets.missing_policy if self.sink.assets else None,
             commit=commit_info,
+            open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
+        )
+        # Readers follow the summary: it names only kept files before anything that an
+        # earlier summary listed is deleted, so it never lists a file that is gone.
+        summary.write(folder)
+
+        rejected: set[tuple[str, str]] = set()
+        files_removed = 0
+        for m in manifests:
+            if m.key not in keep:
+                rejected.add(m.key)
+                files_removed += remove_attempt(folder, m)
+        files_removed += self._remove_orphans(keep, rejected, run_id)
+        files_removed += self._remove_manifest_temps()
+        summary = dataclasses.replace(
+            summary,
+            rejected_attempts_removed=len(rejected),
+            files_removed=files_removed,
             elapsed_s=round(time.time() - started, 3),
         )
         summary.write(folder)
         return summary
+
+    def _remove_manifest_temps(self) -> int:
+        """Delete manifests an attempt died while writing (their temporary files)."""
+        folder = self.sink.folder
+        removed = 0
+        for name in folder.listdir(MANIFEST_DIR):
+            completed = completed_name(name)
+            if completed and parse_attempt_key(completed.removesuffix(".json")) is not None:
+                folder.rm(f"{MANIFEST_DIR}/{name}")
+                removed += 1
+        return removed
 
     def select_manifests(
         self, manifests: list[AttemptManifest], run_id: str

@@ -102,6 +102,7 @@ class JsonlSink(FileSink):
 
     format = "jsonl"
     extension = "jsonl"
+    read_suffixes = (".jsonl", ".json", ".ndjson")
 
     def check_schema(self, schema: pa.Schema) -> None:
         for field in schema:

@@ -94,6 +94,7 @@ class ParquetSink(FileSink):
 
     format = "parquet"
     extension = "parquet"
+    read_suffixes = (".parquet", ".pq")
 
     def __init__(
         self,

@@ -50,6 +50,39 @@ class FilenameTemplate:
                 pattern += f"(?P<attempt>{ATTEMPT_ID_PATTERN})"
         self._regex = re.compile(pattern + r"\Z")
 
+    def check_readable(self, *, suffixes: tuple[str, ...], asset_subdir: str | None) -> None:
+        """Refuse a template whose files a reader of the output folder would not see.
+
+        Readers of a folder skip names starting with ``_`` or ``.`` (``_refiner/`` is
+        the engine's own), skip the asset folder, and read only files ending in one
+        of ``suffixes``; a data file named there would be lost, or would overwrite
+        the engine's files.
+        """
+        sample = self.format("00000", "0" * 12)
+        parts = sample.split("/")
+        hidden = next((p for p in parts if p.startswith(("_", "."))), None)
+        if hidden is not None:
+            raise ValueError(
+                f"filename_template {self.template!r} makes the path component {hidden!r}: names "
+                "starting with '_' or '.' are reserved for refiner's own files (_refiner/) and "
+                "skipped by readers, so the data would not read back. Start every folder and "
+                "file name with another character"
+            )
+        if asset_subdir is not None and (
+            sample == asset_subdir or sample.startswith(asset_subdir.rstrip("/") + "/")
+        ):
+            raise ValueError(
+                f"filename_template {self.template!r} names files inside the asset folder "
+                f"{asset_subdir!r}, which readers skip and finalization cleans; put the data "
+                "files outside it"
+            )
+        if not parts[-1].endswith(suffixes):
+            raise ValueError(
+                f"filename_template {self.template!r} names files that do not end in "
+                f"{' or '.join(suffixes)}, so readers of the folder would skip them; end the "
+                f"template with {suffixes[0]}"
+            )
+
     def format(self, shard_id: str, attempt_id: str) -> str:
         return self.template.format(shard=shard_id, attempt=attempt_id)
 

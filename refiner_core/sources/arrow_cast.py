@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ..asset_values import check_arrow_column
+
 
 def apply_fields(table: pa.Table, fields: dict[str, pa.Field], *, where: str) -> pa.Table:
     """Cast the declared columns of ``table`` and attach their field metadata."""
@@ -17,6 +19,7 @@ def apply_fields(table: pa.Table, fields: dict[str, pa.Field], *, where: str) ->
         if declared is None:
             continue
         column = columns[i]
+        check_arrow_column(current.name, column, declared, where=where)
         if not column.type.equals(declared.type):
             try:
                 column = column.cast(declared.type)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -10,6 +12,8 @@ import pyarrow as pa
 
 from ..row import Row
 from ..validation import check_positive
+
+logger = logging.getLogger(__name__)
 
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
@@ -32,6 +36,38 @@ class Shard:
 
 def shard_id(index: int) -> str:
     return f"{index:05d}"
+
+
+_SAFE_SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def check_shard_ids(shards: list[Shard], *, source: str) -> list[Shard]:
+    """``shards`` when every id is a safe, unique file-name fragment; ``ValueError`` otherwise.
+
+    Shard ids name data files, asset folders and manifests, so one holding ``/``,
+    starting with ``.`` or ``_`` (hidden, or ``..``), or holding ``__`` (the separator
+    before the attempt id) would write outside the output or where readers never look.
+
+    >>> check_shard_ids([Shard("cam-a"), Shard("cam-b")], source="demo")[1].id
+    'cam-b'
+    """
+    seen: set[str] = set()
+    for shard in shards:
+        sid = shard.id
+        if not isinstance(sid, str) or not _SAFE_SHARD_ID.match(sid) or "__" in sid:
+            raise ValueError(
+                f"{source} planned a shard with id {sid!r}; shard ids name files inside the "
+                "output, so they must be 1-128 characters of letters, digits, '.', '-' and '_', "
+                "start with a letter or digit and hold no '__' (so '..', 'a/b' and hidden "
+                "names are refused). Give the shard a plain id such as 'cam-a-00001'"
+            )
+        if sid in seen:
+            raise ValueError(
+                f"{source} planned two shards with id {sid!r}; each shard needs its own id, or "
+                "one would overwrite the other's files"
+            )
+        seen.add(sid)
+    return shards
 
 
 def make_shards(payloads: list[Any], *, source: str) -> list[Shard]:
@@ -80,6 +116,20 @@ def group_runs(weights: list[int], *, target: int, num_shards: int | None) -> li
     return runs
 
 
+def log_short_plan(source: str, num_shards: int | None, planned: int, rows: str) -> None:
+    """Say why a plan has fewer shards than ``num_shards`` asked for: a shard holds at
+    least one row (``rows`` names what the input has, e.g. ``"3 rows"``)."""
+    if num_shards is not None and planned < num_shards:
+        logger.warning(
+            "%s: num_shards=%d is an upper bound; planned %d shard(s) because the input "
+            "has only %s",
+            source,
+            num_shards,
+            planned,
+            rows,
+        )
+
+
 def check_num_shards(num_shards: int | None) -> None:
     if num_shards is None:
         return
@@ -101,8 +151,12 @@ class Source(Protocol):
 
     name: str
 
-    def plan(self) -> list[Shard]:
-        """List the shards; called when a stage starts, not when the pipeline is built."""
+    def plan(self, hint: Any = None) -> list[Shard]:
+        """List the shards; called when a stage starts, not when the pipeline is built.
+
+        ``hint`` (a :class:`~refiner_core.sources.row_ranges.ShardHint`, or ``None``)
+        says how many workers share the shards and whether rows point at media; the
+        same input and hint must always give the same shards."""
 
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None

@@ -8,16 +8,24 @@ from typing import Any
 
 from ..io.datafile import full_url, resolve
 from ..manifests import LAYOUT_PATH
+from .committed import REFINER_DIR, committed_files, holds_output
 
 
 def expand_inputs(
-    inputs: Any, *, suffixes: tuple[str, ...], storage_options: dict[str, Any] | None, what: str
+    inputs: Any,
+    *,
+    suffixes: tuple[str, ...],
+    storage_options: dict[str, Any] | None,
+    what: str,
+    uncommitted: bool = False,
 ) -> list[tuple[Any, str]]:
     """Return ``(fs, path)`` for every file named by ``inputs``, sorted and de-duplicated.
 
     A folder is searched recursively for files ending in ``suffixes``, skipping
     entries whose name starts with ``_`` or ``.`` and the asset folders recorded by
-    a refiner writer, so a written output folder reads back directly.
+    a refiner writer. A refiner output folder (one with ``_refiner/``) gives the
+    files its finalization summary lists (see :mod:`refiner_core.sources.committed`);
+    ``uncommitted=True`` gives every data file in it instead.
     """
     items = [inputs] if isinstance(inputs, str) else list(inputs or [])
     if not items:
@@ -27,18 +35,19 @@ def expand_inputs(
         if not isinstance(item, str):
             raise TypeError(f"{what}: inputs must be strings, got {item!r}")
         fs, path = resolve(item, storage_options)
-        if any(ch in path for ch in "*?["):
+        # A path that exists is never a glob: "take[1].parquet" names that one file.
+        if any(ch in path for ch in "*?[") and not fs.exists(path):
             matches = sorted(fs.glob(path))
             if not matches:
                 raise FileNotFoundError(f"{what}: glob {item!r} matched no files")
             for m in matches:
                 if fs.isdir(m):
-                    for f in _walk(fs, m, suffixes):
+                    for f in _walk(fs, m, suffixes, what, uncommitted):
                         found[full_url(fs, f)] = (fs, f)
                 else:
                     found[full_url(fs, m)] = (fs, m)
         elif fs.isdir(path):
-            files = _walk(fs, path, suffixes)
+            files = _walk(fs, path, suffixes, what, uncommitted)
             if not files:
                 raise FileNotFoundError(
                     f"{what}: folder {item!r} holds no files ending in {', '.join(suffixes)}"
@@ -61,13 +70,24 @@ def _asset_subdirs(fs, folder: str) -> set[str]:
         return set()
 
 
-def _walk(fs, folder: str, suffixes: tuple[str, ...]) -> list[str]:
+def _walk(
+    fs, folder: str, suffixes: tuple[str, ...], what: str, uncommitted: bool = False
+) -> list[str]:
     skip = {posixpath.join(folder.rstrip("/"), d) for d in _asset_subdirs(fs, folder)}
     out: list[str] = []
     stack = [folder.rstrip("/")]
     while stack:
         current = stack.pop()
-        for entry in fs.ls(current, detail=True):
+        entries = fs.ls(current, detail=True)
+        if not uncommitted and any(
+            e["type"] == "directory"
+            and posixpath.basename(e["name"].rstrip("/")) == REFINER_DIR
+            and holds_output(fs, e["name"].rstrip("/"))
+            for e in entries
+        ):
+            out.extend(committed_files(fs, current, suffixes, what=what, url=full_url(fs, current)))
+            continue
+        for entry in entries:
             name = entry["name"].rstrip("/")
             base = posixpath.basename(name)
             if base.startswith(("_", ".")) or name in skip:

@@ -30,7 +30,7 @@ class ItemsSource:
         self.items_per_shard = items_per_shard
         self.fields = fields_from_dtypes(dtypes)
 
-    def plan(self) -> list[Shard]:
+    def plan(self, hint: Any = None) -> list[Shard]:
         n = self.items_per_shard
         slices = [(i, min(i + n, len(self.items))) for i in range(0, len(self.items), n)]
         return make_shards(slices, source="from_items")

@@ -16,14 +16,29 @@ from .base import (
     Shard,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
 from .files import expand_inputs
+from .line_ranges import LineFile, line_range_payloads
+from .row_ranges import ShardHint, wanted_shards
 
 
 class JsonlSource:
     """Reads ``.jsonl``/``.json`` files; a shard owns the lines that start in its byte
-    ranges (runs of consecutive ranges, several small files in one shard)."""
+    ranges (runs of consecutive ranges, several small files in one shard).
+
+    With ``num_shards`` (or rows pointing at media, run by several workers: see
+    :class:`ShardHint`) the plan has exactly ``min(num_shards, lines)`` shards, cut at
+    line starts (:func:`line_range_payloads`).
+
+    Example:
+        >>> import json, tempfile, refiner_core as mdr
+        >>> path = tempfile.mkdtemp() + "/index.jsonl"
+        >>> _ = open(path, "w").write("".join(json.dumps({"i": i}) + "\\n" for i in range(10)))
+        >>> len(mdr.read_jsonl(path, num_shards=4).plan())
+        4
+    """
 
     name = "read_jsonl"
 
@@ -35,6 +50,7 @@ class JsonlSource:
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
+        uncommitted: bool = False,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -43,13 +59,15 @@ class JsonlSource:
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
+        self.uncommitted = bool(uncommitted)
 
-    def plan(self) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         files = expand_inputs(
             self.inputs,
             suffixes=(".jsonl", ".json", ".ndjson"),
             storage_options=self.storage_options,
             what="read_jsonl",
+            uncommitted=self.uncommitted,
         )
         sizes = [(full_url(fs, path), int(fs.size(path))) for fs, path in files]
         piece = self.target_shard_bytes
@@ -66,6 +84,15 @@ class JsonlSource:
             num_shards=self.num_shards,
         )
         payloads = [tuple(ranges[i] for i in group) for group in groups]
+        minimum = (hint or ShardHint()).min_shards()
+        count = wanted_shards(self.num_shards, minimum, len(payloads))
+        if count is not None:
+            line_files = [
+                LineFile(fs, path, url, size)
+                for (fs, path), (url, size) in zip(files, sizes, strict=True)
+            ]
+            payloads = line_range_payloads(line_files, count)
+            log_short_plan("read_jsonl", self.num_shards, len(payloads), f"{len(payloads)} lines")
         return make_shards(payloads, source="read_jsonl")
 
     def schema_hint(self):

@@ -18,8 +18,10 @@ from .base import (
     check_columns,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
+from .row_ranges import RowSpan, ShardHint, split_pieces, wanted_shards
 
 # Lance reads this many batches ahead by default; wide rows get fewer, so that the
 # batches read ahead stay within READAHEAD_BYTES.
@@ -52,7 +54,9 @@ def fragment_batching(metadata: Any, batch_rows: int, batch_bytes: int | None) -
 
 
 class LanceSource:
-    """Reads one version of a Lance dataset; a shard is a run of whole fragments.
+    """Reads one version of a Lance dataset; a shard is a run of whole fragments, or
+    a range of rows of one fragment when the plan wants more shards than there are
+    fragments (``num_shards``, or rows pointing at media: see :class:`ShardHint`).
 
     The version is pinned when the stage plans (the latest one when ``version`` is
     ``None``) and travels in every shard, so all shards read the same snapshot even
@@ -96,7 +100,7 @@ class LanceSource:
         self.pinned_version: int | None = None
         self._schema: pa.Schema | None = None
 
-    def plan(self) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         try:
             info = call_isolated(probe, self.url, self.lance_options, self.version)
         except ValueError as exc:
@@ -123,8 +127,22 @@ class LanceSource:
         # bytes when Lance knows them, else rows
         weights = [size if size > 0 else rows for _, rows, size in fragments]
         groups = group_runs(weights, target=self.target_shard_bytes, num_shards=self.num_shards)
-        payloads = [(info["version"], tuple(fragments[i][0] for i in g)) for g in groups]
+        runs = [[RowSpan(i, 0, fragments[i][1]) for i in g] for g in groups]
+        minimum = (hint or ShardHint()).min_shards(self.schema_hint())
+        count = wanted_shards(self.num_shards, minimum, len(runs))
+        if count is not None and any(rows for _, rows, _ in fragments):
+            runs = split_pieces([rows for _, rows, _ in fragments], weights, count)
+        total_rows = sum(rows for _, rows, _ in fragments)
+        payloads = [
+            (info["version"], tuple(self._span(fragments, span) for span in run)) for run in runs
+        ]
+        log_short_plan("read_lance", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_lance")
+
+    @staticmethod
+    def _span(fragments: list[tuple[int, int, int]], span: RowSpan) -> tuple[int, int, int]:
+        """``(fragment id, first row, stop row)``, rows counted within the fragment."""
+        return (fragments[span.piece][0], span.start, span.stop)
 
     def schema_hint(self) -> pa.Schema | None:
         if self._schema is None:
@@ -134,12 +152,12 @@ class LanceSource:
     def _fragment_tables(
         self,
         version: int,
-        fragment_ids: tuple[int, ...],
+        spans: tuple[tuple[int, int, int], ...],
         batch_rows: int,
         batch_bytes: int | None,
     ):
         dataset = open_dataset(self.url, self.lance_options, version)
-        for fragment_id in fragment_ids:
+        for fragment_id, start, stop in spans:
             fragment = dataset.get_fragment(fragment_id)
             if fragment is None:
                 raise ValueError(
@@ -148,7 +166,11 @@ class LanceSource:
                 )
             rows, readahead = fragment_batching(fragment.metadata, batch_rows, batch_bytes)
             for batch in fragment.to_batches(
-                batch_size=rows, batch_readahead=readahead, columns=self.columns
+                batch_size=rows,
+                batch_readahead=readahead,
+                columns=self.columns,
+                offset=start,
+                limit=stop - start,
             ):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch])
@@ -156,9 +178,7 @@ class LanceSource:
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
     ) -> Iterator[pa.Table]:
-        version, fragment_ids = shard.payload
+        version, spans = shard.payload
         where = f"read_lance {self.url} version {version}"
-        for table in iter_isolated(
-            self._fragment_tables, version, fragment_ids, batch_rows, batch_bytes
-        ):
+        for table in iter_isolated(self._fragment_tables, version, spans, batch_rows, batch_bytes):
             yield apply_fields(table, self.fields, where=where)

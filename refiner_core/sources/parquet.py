@@ -19,14 +19,29 @@ from .base import (
     check_columns,
     check_num_shards,
     group_runs,
+    log_short_plan,
     make_shards,
 )
 from .files import expand_inputs
-from .parquet_reads import iter_row_group_batches
+from .parquet_reads import FileRows, iter_row_range_batches
+from .row_ranges import RowSpan, ShardHint, split_pieces, wanted_shards
 
 
 class ParquetSource:
-    """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``."""
+    """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``.
+
+    With ``num_shards`` the plan has exactly ``min(num_shards, rows)`` shards, row groups
+    cut into row ranges where there are fewer of them; a pipeline with asset columns run
+    by several workers gets enough shards to keep each busy (see :class:`ShardHint`).
+    A shard reads only the row groups its rows are in.
+
+    Example:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq, refiner_core as mdr
+        >>> path = tempfile.mkdtemp() + "/index.parquet"
+        >>> pq.write_table(pa.table({"i": range(10)}), path)  # one row group
+        >>> len(mdr.read_parquet(path, num_shards=4).plan())
+        4
+    """
 
     name = "read_parquet"
 
@@ -39,6 +54,7 @@ class ParquetSource:
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
+        uncommitted: bool = False,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -49,6 +65,7 @@ class ParquetSource:
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
+        self.uncommitted = bool(uncommitted)
         self._schema: pa.Schema | None = None
 
     def _metadata(self, fs, path: str) -> pq.FileMetaData:
@@ -61,12 +78,13 @@ class ParquetSource:
                 "Remove or replace the file, or exclude it from the inputs"
             ) from exc
 
-    def plan(self) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         files = expand_inputs(
             self.inputs,
             suffixes=(".parquet", ".pq"),
             storage_options=self.storage_options,
             what="read_parquet",
+            uncommitted=self.uncommitted,
         )
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
             metas = list(pool.map(lambda fp: self._metadata(*fp), files))
@@ -78,24 +96,42 @@ class ParquetSource:
                     f"read_parquet: columns {missing} are not in {full_url(*files[0])} "
                     f"(it has {self._schema.names})"
                 )
-        pieces = [
-            (full_url(fs, path), rg, max(1, meta.row_group(rg).total_byte_size))
-            for (fs, path), meta in zip(files, metas, strict=True)
-            for rg in range(meta.num_row_groups)
-        ]
+        pieces = []  # (url, row group, its first row in the file, rows, bytes)
+        for (fs, path), meta in zip(files, metas, strict=True):
+            first = 0
+            for rg in range(meta.num_row_groups):
+                group = meta.row_group(rg)
+                pieces.append(
+                    (full_url(fs, path), rg, first, group.num_rows, max(1, group.total_byte_size))
+                )
+                first += group.num_rows
         groups = group_runs(
-            [size for _, _, size in pieces],
+            [piece[4] for piece in pieces],
             target=self.target_shard_bytes,
             num_shards=self.num_shards,
         )
-        payloads = []
-        for group in groups:
-            by_file: dict[str, list[int]] = {}
-            for i in group:
-                path, rg, _ = pieces[i]
-                by_file.setdefault(path, []).append(rg)
-            payloads.append(tuple((p, tuple(rgs)) for p, rgs in by_file.items()))
+        runs = [[RowSpan(i, 0, pieces[i][3]) for i in group] for group in groups]
+        minimum = (hint or ShardHint()).min_shards(self.schema_hint())
+        count = wanted_shards(self.num_shards, minimum, len(runs))
+        total_rows = sum(piece[3] for piece in pieces)
+        if count is not None and total_rows:
+            runs = split_pieces([p[3] for p in pieces], [p[4] for p in pieces], count)
+        payloads = [self._payload(run, pieces) for run in runs]
+        log_short_plan("read_parquet", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_parquet")
+
+    @staticmethod
+    def _payload(run: list[RowSpan], pieces: list[tuple]) -> tuple[FileRows, ...]:
+        """A shard's payload: the rows it reads of each file (:class:`FileRows`)."""
+        by_file: dict[str, FileRows] = {}
+        for span in run:
+            url, group, first, _, _ = pieces[span.piece]
+            known = by_file.get(url)
+            if known is None:
+                by_file[url] = FileRows(url, first + span.start, first + span.stop, group, first)
+            else:
+                by_file[url] = known._replace(stop=first + span.stop)
+        return tuple(by_file.values())
 
     def schema_hint(self) -> pa.Schema | None:
         if self._schema is None:
@@ -105,12 +141,12 @@ class ParquetSource:
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
     ) -> Iterator[pa.Table]:
-        for url, row_groups in shard.payload:
-            fs, path = resolve(url, self.storage_options)
-            where = f"read_parquet {url}"
+        for rows in shard.payload:
+            fs, path = resolve(rows.url, self.storage_options)
+            where = f"read_parquet {rows.url}"
             try:
-                for batch in iter_row_group_batches(
-                    fs, path, row_groups, self.columns, batch_rows, batch_bytes
+                for batch in iter_row_range_batches(
+                    fs, path, rows, self.columns, batch_rows, batch_bytes
                 ):
                     yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
             except (pa.ArrowInvalid, OSError) as exc:

@@ -11,7 +11,7 @@ group larger than that is streamed in ``READ_BUFFER_BYTES`` reads.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -122,24 +122,105 @@ def iter_row_group_batches(
     run at a time (pyarrow reads every row group it is handed before decoding any);
     larger row groups are streamed.
     """
-    limit = WHOLE_READ_BATCHES * batch_bytes if batch_bytes is not None else None
     # pyarrow asks for exactly the byte ranges it needs (coalescing neighbours); with a
     # read-ahead cache, reading the id column of an image table would fetch the images
     with open_uncached(fs, path) as f:
         parquet = pq.ParquetFile(f)
-        metadata = parquet.metadata
-        size = rows_per_batch(metadata, row_groups, columns, batch_rows, batch_bytes)
-        runs = whole_read_runs(metadata, row_groups, columns, limit)
-        if runs is not None:
-            for run in runs:
-                yield from parquet.iter_batches(batch_size=size, row_groups=run, columns=columns)
+        yield from _open_file_batches(f, parquet, row_groups, columns, batch_rows, batch_bytes)
+
+
+def _open_file_batches(
+    f: Any,
+    parquet: pq.ParquetFile,
+    row_groups: Any,
+    columns: list[str] | None,
+    batch_rows: int,
+    batch_bytes: int | None,
+) -> Iterator[pa.RecordBatch]:
+    limit = WHOLE_READ_BATCHES * batch_bytes if batch_bytes is not None else None
+    metadata = parquet.metadata
+    size = rows_per_batch(metadata, row_groups, columns, batch_rows, batch_bytes)
+    runs = whole_read_runs(metadata, row_groups, columns, limit)
+    if runs is not None:
+        for run in runs:
+            yield from parquet.iter_batches(batch_size=size, row_groups=run, columns=columns)
+        return
+    streamed = pq.ParquetFile(
+        f,
+        metadata=metadata,
+        pre_buffer=False,
+        buffer_size=min(READ_BUFFER_BYTES, batch_bytes or READ_BUFFER_BYTES),
+    )
+    yield from streamed.iter_batches(batch_size=size, row_groups=list(row_groups), columns=columns)
+
+
+def touched_row_groups(
+    metadata: pq.FileMetaData, start: int, stop: int, group: int = 0, group_start: int = 0
+) -> tuple[list[int], int]:
+    """The row groups holding rows ``[start, stop)`` of the file, and the file row at
+    which the first of them starts; the search begins at row group ``group``, whose
+    first row is ``group_start`` (a plan knows where its range begins).
+
+    Example:
+        >>> import io, pyarrow as pa, pyarrow.parquet as pq
+        >>> buf = io.BytesIO()
+        >>> pq.write_table(pa.table({"x": range(400)}), buf, row_group_size=100)
+        >>> touched_row_groups(pq.ParquetFile(buf).metadata, 150, 250)
+        ([1, 2], 100)
+        >>> touched_row_groups(pq.ParquetFile(buf).metadata, 150, 250, 1, 100)
+        ([1, 2], 100)
+    """
+    groups: list[int] = []
+    first = 0
+    at = group_start
+    for index in range(group, metadata.num_row_groups):
+        rows = metadata.row_group(index).num_rows
+        if rows and at < stop and at + rows > start:
+            if not groups:
+                first = at
+            groups.append(index)
+        at += rows
+        if at >= stop:
+            break
+    return groups, first
+
+
+class FileRows(NamedTuple):
+    """Rows ``[start, stop)`` of one Parquet file, counted from its first row; the range
+    begins in row group ``group``, whose first row is ``group_start``."""
+
+    url: str
+    start: int
+    stop: int
+    group: int = 0
+    group_start: int = 0
+
+
+def iter_row_range_batches(
+    fs: Any,
+    path: str,
+    rows: FileRows,
+    columns: list[str] | None,
+    batch_rows: int,
+    batch_bytes: int | None,
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of ``rows`` of the Parquet file at ``path``: only the row
+    groups the range touches are read, and reading stops at its end."""
+    start, stop = rows.start, rows.stop
+    with open_uncached(fs, path) as f:
+        parquet = pq.ParquetFile(f)
+        groups, at = touched_row_groups(parquet.metadata, start, stop, rows.group, rows.group_start)
+        if not groups:
             return
-        streamed = pq.ParquetFile(
-            f,
-            metadata=metadata,
-            pre_buffer=False,
-            buffer_size=min(READ_BUFFER_BYTES, batch_bytes or READ_BUFFER_BYTES),
-        )
-        yield from streamed.iter_batches(
-            batch_size=size, row_groups=list(row_groups), columns=columns
-        )
+        for batch in _open_file_batches(f, parquet, groups, columns, batch_rows, batch_bytes):
+            begin = max(start - at, 0)
+            end = min(stop - at, batch.num_rows)
+            at += batch.num_rows
+            if end > begin:
+                yield (
+                    batch
+                    if (begin, end) == (0, batch.num_rows)
+                    else batch.slice(begin, end - begin)
+                )
+            if at >= stop:
+                return

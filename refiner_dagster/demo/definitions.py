@@ -20,7 +20,8 @@ Assets (group ``refiner_demo``)::
         -> episodes_with_gap_finalized         (missing_assets = cells_nulled = 1)
 
 Every finalization asset carries the ``missing_assets`` and ``reference_integrity``
-checks. ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
+checks. ``episode_thumbnails`` (and its finalization) is declared in YAML
+instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
 ``episodes_export`` job is the fan-out write graph (plan -> write x N -> finalize)
@@ -44,6 +45,7 @@ from refiner_dagster import (
     build_finalization_asset,
     build_write_job,
 )
+from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.demo.data import (
     LONG_EPISODE_FRAMES,
     demo_data_dir,
@@ -60,13 +62,15 @@ PACKED_TARGET_BYTES = 4 * 1024
 
 
 # pipeline pieces (module level, so worker processes can import them) -----------------
-def source_pipeline() -> mdr.Pipeline:
+def source_pipeline(num_shards: int | None = None) -> mdr.Pipeline:
     """The episodes table plus any Parquet file dropped into the drop folder."""
     demo = ensure_demo_data()
     drops = sorted(
         str(p) for p in demo.drop.rglob("*.parquet") if not p.name.startswith((".", "_"))
     )
-    return mdr.read_parquet([str(demo.table), *drops], dtypes=source_dtypes())
+    return mdr.read_parquet(
+        [str(demo.table), *drops], dtypes=source_dtypes(), num_shards=num_shards
+    )
 
 
 async def label_episode(row: mdr.Row) -> dict:
@@ -79,10 +83,7 @@ async def score_batch(rows: list[mdr.Row]) -> list[dict]:
     """A stand-in batch model: one score per row in [0, 1], computed per batch."""
     await asyncio.sleep(0)
     longest = max(row.num_frames for row in rows)
-    return [
-        row.update({"score": round(row.num_frames / longest, 4), "batch_size": len(rows)})
-        for row in rows
-    ]
+    return [row.update(score=round(row.num_frames / longest, 4)) for row in rows]
 
 
 def with_gap(row: mdr.Row) -> mdr.Row:
@@ -136,8 +137,10 @@ def episodes() -> dg.MaterializeResult:
 )
 def labeled_episodes() -> mdr.Pipeline:
     """Episodes labeled long/short (``map_async``) and scored in batches (``batch_map_async``)."""
+    # one shard: the 24 episodes score in three full batches of eight, whatever the
+    # number of workers (rows with media are otherwise cut into 4 shards per worker)
     return (
-        source_pipeline()
+        source_pipeline(num_shards=1)
         .map_async(label_episode, max_in_flight=8)
         .batch_map_async(score_batch, batch_size=8, max_in_flight=2)
     )
@@ -207,7 +210,15 @@ demo_refresh = dg.define_asset_job(
     description="Regenerates every demo dataset, its finalization and checks.",
 )
 demo_refresh_schedule = build_refresh_schedule(
-    demo_refresh, "0 4 * * *", "UTC", name="demo_refresh_daily"
+    demo_refresh,
+    "0 4 * * *",
+    "UTC",
+    name="demo_refresh_daily",
+    description=(
+        "Refreshes every demo dataset at 04:00 UTC. Starts stopped: turn it on with the "
+        "toggle on this page (the daemon that `dagster dev` starts then runs it), or with "
+        "`dagster schedule start demo_refresh_daily -w workspace.yaml`."
+    ),
 )
 demo_drop_sensor = build_source_sensor(
     name="demo_drop_sensor",
@@ -218,7 +229,9 @@ demo_drop_sensor = build_source_sensor(
     min_age_seconds=2,
     description=(
         "Reprocesses the demo datasets when an episodes Parquet file (same columns as the "
-        "source table) appears or changes in the drop folder."
+        "source table) appears or changes in the drop folder. Starts stopped: turn it on with "
+        "the toggle on this page (the daemon that `dagster dev` starts then polls the folder), "
+        "or with `dagster sensor start demo_drop_sensor -w workspace.yaml`."
     ),
 )
 episodes_export = build_write_job(
@@ -228,14 +241,40 @@ episodes_export = build_write_job(
     description="Fan-out write: plan the export's shards, write them in parallel, finalize.",
 )
 
-defs = dg.Definitions(
-    assets=DEMO_ASSETS,
-    asset_checks=DEMO_CHECKS,
-    jobs=[demo_refresh, episodes_export],
-    schedules=[demo_refresh_schedule],
-    sensors=[demo_drop_sensor],
-    resources={
-        "refiner_blobs": RefinerBlobIOManager(),
-        "refiner_files": RefinerFileIOManager(),
-    },
+
+def _component_defs() -> dg.Definitions:
+    """The datasets declared in YAML under ``defs/`` (``RefinerDatasetComponent``).
+
+    ``dg check defs`` and ``dg dev`` load them through Dagster's component tree. The
+    code location builds them from their ``defs.yaml`` directly: the tree also loads
+    every component library installed (dagster-aws's among them, seconds of imports)
+    to describe them in the UI, which the demo does not need.
+    """
+    import yaml
+
+    from refiner_dagster import RefinerDatasetComponent
+
+    loaded = []
+    for declared in sorted(Path(component_defs_folder.__file__).parent.glob("*/defs.yaml")):
+        spec = yaml.safe_load(declared.read_text())
+        if spec.get("type") != "refiner_dagster.RefinerDatasetComponent":
+            raise ValueError(f"{declared}: the demo only declares RefinerDatasetComponent datasets")
+        component = RefinerDatasetComponent.model_validate(spec.get("attributes") or {})
+        loaded.append(component.build_defs(None))
+    return dg.Definitions.merge(*loaded)
+
+
+defs = dg.Definitions.merge(
+    _component_defs(),
+    dg.Definitions(
+        assets=DEMO_ASSETS,
+        asset_checks=DEMO_CHECKS,
+        jobs=[demo_refresh, episodes_export],
+        schedules=[demo_refresh_schedule],
+        sensors=[demo_drop_sensor],
+        resources={
+            "refiner_blobs": RefinerBlobIOManager(),
+            "refiner_files": RefinerFileIOManager(),
+        },
+    ),
 )

@@ -22,7 +22,8 @@ def dataset(files, *, policy="error", name="episodes", fmt="parquet", **check_op
     def _dataset() -> mdr.Pipeline:
         return mdr.from_items(items, items_per_shard=2, dtypes={"image": mdr.datatype.image_path()})
 
-    finalized = rd.build_finalization_asset(_dataset)
+    # standalone checks on the published version (the finalization itself does not audit)
+    finalized = rd.build_finalization_asset(_dataset, checks=False)
     return [_dataset, finalized], rd.build_dataset_checks(finalized, **check_options)
 
 
@@ -142,10 +143,12 @@ def test_integrity_for_copied_files(dagster_instance, media):
     assert not check.passed and "file" in check.metadata["first_failures"].value
 
 
-def test_checks_need_a_finalization_asset(media):
+def test_checks_need_one_refiner_asset(media):
     [episodes, _], _ = dataset(media(1))
     with pytest.raises(TypeError, match="build_finalization_asset"):
-        rd.build_dataset_checks(episodes)
+        rd.build_dataset_checks("episodes_finalized")
+    # a dataset asset itself (published inline) gets the checks on its own key
+    assert {c.check_key.asset_key for c in rd.build_dataset_checks(episodes)} == {episodes.key}
 
 
 def test_checks_follow_the_partitions(dagster_instance, media):
@@ -159,7 +162,7 @@ def test_checks_follow_the_partitions(dagster_instance, media):
             [{"image": files[index][0]}], dtypes={"image": mdr.datatype.image_path()}
         )
 
-    finalized = rd.build_finalization_asset(shots)
+    finalized = rd.build_finalization_asset(shots, checks=False)
     checks = rd.build_dataset_checks(finalized)
     result = run(dagster_instance, [shots, finalized], checks, partition_key="b")
     found = evaluations(result)

@@ -22,8 +22,6 @@ from refiner_dagster.demo.data import expected_counts, read_png_size
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-# In-process keeps the session fast on small machines; every asset is still its own step.
-IN_PROCESS = json.dumps({"execution": {"config": {"in_process": {}}}})
 FINALIZATIONS = (
     "episode_dataset_finalized",
     "episode_dataset_repacked_finalized",
@@ -78,7 +76,7 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory) -> DemoHome:
     home = new_dagster_home(tmp_path_factory.mktemp("demo"))
     env = dagster_env(home)
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "demo.sh"), "--config-json", IN_PROCESS],
+        ["bash", str(REPO / "scripts" / "demo.sh")],  # the README's command
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -115,6 +113,26 @@ def test_demo_script_prints_outputs_and_ui(demo_home: DemoHome) -> None:
     assert "dev -w" in out and "workspace.yaml" in out
     settings = (demo_home.home / "dagster.yaml").read_text()
     assert "telemetry:\n  enabled: false" in settings
+    # The demo's instance opens its UI without the "join the community" dialog.
+    assert "nux:\n  enabled: false" in settings
+
+
+def test_demo_script_is_quiet(demo_home: DemoHome) -> None:
+    lines = demo_home.stdout.splitlines()
+    assert len(lines) < 60, demo_home.stdout
+    assert not [line for line in lines if "DEBUG" in line or "Warning" in line]
+    # Steps with durations, and the check that fails on purpose marked as expected.
+    assert any(line.startswith("Run ") and "SUCCESS, 10 steps" in line for line in lines)
+    assert any(line.split()[:1] == ["episode_dataset_repacked"] and " s " in line for line in lines)
+    expected = "missing_assets failed, WARN (expected: one frame file is missing on purpose)"
+    gap = f"episodes_with_gap_finalized: {expected}; reference_integrity passed"
+    assert gap in [line.strip() for line in lines]
+    assert "UNEXPECTED" not in demo_home.stdout
+    # Dagster's full event log is kept beside the instance.
+    log = demo_home.home / "logs" / "demo-materialize.log"
+    assert f"full log: {log}" in demo_home.stdout
+    full = log.read_text()
+    assert "DEBUG" in full and "STEP_SUCCESS" in full
 
 
 def test_source_data_generated_once(demo_home: DemoHome) -> None:
@@ -160,7 +178,8 @@ def test_labels_and_scores(demo_home: DemoHome) -> None:
     assert sum(r.label == "long" for r in rows) == expected_counts()["long_episodes"]
     assert all((r.label == "long") == (r.num_frames > 300) for r in rows)
     assert all(0 < r.score <= 1 for r in rows)
-    assert sorted({r.batch_size for r in rows}) == [8]
+    # The training table holds the label and the score, not the scoring batch's size.
+    assert "batch_size" not in rows[0]
 
 
 def test_packed_and_coalesced_counters(demo_home: DemoHome) -> None:

@@ -63,9 +63,13 @@ def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env
         seen["table"] = frames
         return frames.map(lambda r: {"double": 2 * r.i})
 
-    checks = rd.build_dataset_checks(defs.frames)
+    # the asset audits its own version before publishing: nothing for build_dataset_checks
+    assert rd.build_dataset_checks(defs.frames) == []
+    assert sorted(s.name for s in defs.frames.check_specs) == sorted(
+        [rd.MISSING_ASSETS_CHECK, rd.REFERENCE_INTEGRITY_CHECK]
+    )
     result = dg.materialize(
-        [defs.frames, downstream, *checks],
+        [defs.frames, downstream],
         instance=dagster_instance,
         resources={"refiner": defs.refiner_resource()},
     )
@@ -100,6 +104,34 @@ def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env
     record = json.loads(version.folder.read_bytes(f"_versions/{version.name}.json"))
     assert record["state"] == "published" and record["engine_run_id"] == summary.run_id
     assert record["assets"]["mode"] == "blobs" and record["shards"] == 6
+
+
+def test_a_failed_audit_blocks_publication(dagster_instance, fanout_env):
+    asset = rd.build_dataset_asset(defs.frames_pipeline, name="audited", max_missing_fraction=0.0)
+    resources = {
+        "refiner": rd.RefinerBlobIOManager(
+            base_url=fanout_env[defs.BASE_ENV], target_bytes=150, missing_policy="set_null"
+        )
+    }
+    first = dg.materialize([asset], instance=dagster_instance, resources=resources)
+    assert first.success
+    before = published("audited")
+
+    os.remove(os.path.join(fanout_env[defs.MEDIA_ENV], "frame_005.bin"))
+    failed = dg.materialize(
+        [asset], instance=dagster_instance, resources=resources, raise_on_error=False
+    )
+    assert not failed.success
+    evaluations = {c.check_name: c for c in failed.get_asset_check_evaluations()}
+    missing = evaluations[rd.MISSING_ASSETS_CHECK]
+    assert not missing.passed and missing.severity == dg.AssetCheckSeverity.ERROR
+    assert evaluations[rd.REFERENCE_INTEGRITY_CHECK].passed
+    # readers keep the version they had; the failed run left no materialization
+    assert published("audited").name == before.name
+    assert [e.asset_key for e in failed.get_asset_materialization_events()] == []
+    (failure,) = step_events(failed, "STEP_FAILURE")
+    assert failure.step_key == "audited.audited_finalize"
+    assert "missing_assets" in str(failure.event_specific_data.error)
 
 
 def test_multiprocess_gives_the_same_rows_and_bytes(dagster_instance, fanout_env, monkeypatch):

@@ -72,6 +72,15 @@ def test_metadata_for_missing_file_under_set_null(dagster_instance, tmp_path):
     assert "| Cells set to null | 1 |" in table
     assert "| Missing policy | `set_null` |" in table
 
+    # the dataset asset's page shows the version as published, not only as written
+    written = dagster_instance.get_latest_materialization_event(dg.AssetKey("episodes"))
+    state = written.asset_materialization.metadata["refiner/state"].value
+    assert state == "written (its finalization asset publishes it)"
+    (observed,) = dagster_instance.fetch_observations(dg.AssetKey("episodes"), limit=5).records
+    observation = observed.asset_observation.metadata
+    assert observation["refiner/state"].value == "published by episodes_finalized"
+    assert observation["refiner/version"].value == pointer["version"]
+
     # the numbers are what the engine persisted, not an in-memory copy
     with open(os.path.join(pointer["url"], "_refiner", "summary.json")) as f:
         persisted = json.load(f)

@@ -64,3 +64,37 @@ def test_docstring_examples_run(tmp_path, monkeypatch):
     # the modules with public classes carry runnable examples
     for name in ("io_manager", "finalization", "checks", "sensors", "schedules", "ops"):
         assert attempted[name] > 0, name
+
+
+LAZY_PROBE = """
+import sys
+import {module}
+print(",".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def imported_heavy_modules(module: str, heavy: tuple[str, ...]) -> list[str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE.format(module=module, heavy=heavy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return [m for m in done.stdout.strip().split(",") if m]
+
+
+def test_heavy_libraries_are_imported_where_they_are_used():
+    # dagster-aws takes seconds to import: only an S3Resource brings it in.
+    assert imported_heavy_modules("refiner_dagster", ("dagster_aws", "boto3", "fsspec")) == []
+    assert (
+        imported_heavy_modules(
+            "refiner_core", ("dagster", "lance", "s3fs", "fsspec", "httpx", "pydantic", "click")
+        )
+        == []
+    )
+    # the demo code location has no S3 either
+    assert imported_heavy_modules("refiner_dagster.demo.definitions", ("dagster_aws",)) == []

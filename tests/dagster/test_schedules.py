@@ -71,3 +71,43 @@ def test_invalid_arguments() -> None:
         build_refresh_schedule(JOB, "0 3 * * *", "Mars/Olympus")
     with pytest.raises(TypeError, match="needs a job"):
         build_refresh_schedule("dataset_job", "0 3 * * *", "UTC")
+
+
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+
+
+@dg.asset(partitions_def=DAILY)
+def daily_dataset(context: dg.AssetExecutionContext) -> str:
+    return context.partition_key
+
+
+DAILY_JOB = dg.define_asset_job("daily_job", selection=[daily_dataset])
+
+
+def test_partitioned_job_gets_the_ticks_partition() -> None:
+    schedule = build_refresh_schedule(DAILY_JOB, "0 3 * * *", "UTC")
+    defs = dg.Definitions(assets=[daily_dataset], jobs=[DAILY_JOB], schedules=[schedule])
+    when = datetime.datetime(2024, 5, 2, 3, 0, tzinfo=datetime.UTC)
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=when,
+            repository_def=defs.get_repository_def(),
+        )
+        request = schedule(context)
+        assert request.partition_key == "2024-05-01"  # the last complete day at the tick
+        result = defs.resolve_job_def("daily_job").execute_in_process(
+            instance=instance, partition_key=request.partition_key, tags=request.tags
+        )
+        assert result.success
+        assert result.output_for_node("daily_dataset") == "2024-05-01"
+
+    # partitions that are not time windows need to be told which key a tick refreshes
+    static = dg.StaticPartitionsDefinition(["left", "right"])
+    static_job = dg.define_asset_job("static_job", selection=[dataset], partitions_def=static)
+    with pytest.raises(dg.DagsterInvalidDefinitionError, match="partition_key_fn"):
+        build_refresh_schedule(static_job, "0 3 * * *", "UTC")
+    chosen = build_refresh_schedule(
+        static_job, "0 3 * * *", "UTC", partition_key_fn=lambda t: "left" if t.day % 2 else "right"
+    )
+    assert chosen(dg.build_schedule_context(scheduled_execution_time=when)).partition_key == "right"

@@ -86,10 +86,13 @@ def test_cursor_survives_and_is_plain_json(tmp_path: Path) -> None:
     write(tmp_path / "sub" / "y.parquet", b"yy")
     with dg.instance_for_test() as instance:
         first = tick(sensor, None, instance)
-        assert requested(first) == ["sub/y.parquet", "x.parquet"]
+        assert requested(first) == ["x.parquet", "sub/y.parquet"]  # oldest first
         saved = json.loads(first.cursor)
-        assert saved["v"] == 1 and saved["after"] is None
-        assert set(saved["seen"]) == {"sub/y.parquet", "x.parquet"}
+        assert saved["v"] == 2
+        assert saved["mark"] == max(
+            os.path.getmtime(p) for p in (tmp_path / "x.parquet", tmp_path / "sub" / "y.parquet")
+        )
+        assert set(saved["recent"]) == {"sub/y.parquet", "x.parquet"}
 
     # A different instance (a restarted daemon) with the stored cursor requests nothing.
     with dg.instance_for_test() as other:
@@ -98,7 +101,7 @@ def test_cursor_survives_and_is_plain_json(tmp_path: Path) -> None:
     # Deleting a file forgets it; putting it back is processed again.
     (tmp_path / "x.parquet").unlink()
     gone = tick(sensor, first.cursor)
-    assert set(json.loads(gone.cursor)["seen"]) == {"sub/y.parquet"}
+    assert set(json.loads(gone.cursor)["recent"]) == {"sub/y.parquet"}
     write(tmp_path / "x.parquet", b"x")
     assert requested(tick(sensor, gone.cursor)) == ["x.parquet"]
 
@@ -134,14 +137,14 @@ def test_pagination_across_ticks(tmp_path: Path) -> None:
         pages.append(requested(result))
         cursor = result.cursor
     assert pages == [["f0.parquet", "f1.parquet"], ["f2.parquet", "f3.parquet"], ["f4.parquet"], []]
-    assert json.loads(cursor)["after"] is None
+    assert json.loads(cursor)["mark"] == os.path.getmtime(tmp_path / "f4.parquet")
 
-    # Mid-lap, an earlier file changes: the lap goes on first, then wraps around to it.
+    # Mid-way, an earlier file changes: its new modification time puts it after the rest.
     first = tick(sensor, None)
     write(tmp_path / "f0.parquet", b"changed")
     second = tick(sensor, first.cursor)
     assert requested(second) == ["f2.parquet", "f3.parquet"]
-    assert json.loads(second.cursor)["after"] == "f3.parquet"
+    assert json.loads(second.cursor)["mark"] == os.path.getmtime(tmp_path / "f3.parquet")
     assert requested(tick(sensor, second.cursor)) == ["f4.parquet", "f0.parquet"]
 
 
@@ -176,7 +179,7 @@ def test_dynamic_partitions_per_file(tmp_path: Path) -> None:
         write(tmp_path / "c...parquet", b"c")
         odd = tick(sensor, result.cursor, instance)
         assert requested(odd) == [] and not odd.dynamic_partitions_requests
-        assert "c...parquet" in json.loads(odd.cursor)["seen"]
+        assert "c...parquet" in json.loads(odd.cursor)["recent"]
 
         # A changed file re-requests its partition but does not add it again.
         write(tmp_path / "a.parquet", b"a, edited")
@@ -243,3 +246,78 @@ def test_s3_prefix(s3_bucket: str, s3_storage_options: dict) -> None:
         assert requested(third) == ["a.parquet"]
         assert third.run_requests[0].run_key != request.run_key
         assert requested(tick(sensor, third.cursor, instance)) == []
+
+
+def test_s3_resource_as_sensor_resource(s3_server, s3_bucket: str, s3_storage_options) -> None:
+    from .test_io_manager import moto_s3_resource
+
+    fs = s3fs.S3FileSystem(**s3_storage_options)
+    fs.pipe(f"{s3_bucket}/drops/a.parquet", b"first")
+    sensor = build_source_sensor(
+        name="s3_resource_drops",
+        url=f"s3://{s3_bucket}/drops",
+        target=[refreshed],
+        s3_resource_key="s3",
+    )
+    assert sensor.required_resource_keys == {"s3"}
+    defs = dg.Definitions(
+        assets=[refreshed], sensors=[sensor], resources={"s3": moto_s3_resource(s3_server)}
+    )
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(
+            instance=instance, definitions=defs, resources={"s3": moto_s3_resource(s3_server)}
+        )
+        result = defs.resolve_sensor_def("s3_resource_drops")(context)
+        assert requested(result) == ["a.parquet"]
+        assert result.run_requests[0].tags[SOURCE_URL_TAG] == f"s3://{s3_bucket}/drops/a.parquet"
+
+
+def test_cursor_stays_small_at_100000_files(tmp_path: Path) -> None:
+    start = 1_700_000_000
+    for i in range(100_000):
+        path = tmp_path / f"d{i // 1000:03d}" / f"f{i:06d}.parquet"
+        if i % 1000 == 0:
+            path.parent.mkdir()
+        path.write_bytes(b"x")
+        os.utime(path, (start + i, start + i))  # one file a second, over a day and more
+    sensor = build_source_sensor(
+        name="big_drops",
+        url=str(tmp_path),
+        target=[refreshed],
+        max_files_per_tick=100_000,
+        lookback_seconds=600,
+    )
+    first = tick(sensor, None)
+    assert len(first.run_requests) == 100_000
+    assert len(first.cursor.encode()) < 100_000
+    saved = json.loads(first.cursor)
+    assert saved["mark"] == start + 99_999 and len(saved["recent"]) <= 601
+    # nothing is requested again, and the cursor does not grow
+    second = tick(sensor, first.cursor)
+    assert requested(second) == [] and len(second.cursor) <= len(first.cursor)
+    # a new file, and an old one changed, are both found
+    write(tmp_path / "new.parquet", b"n", mtime=start + 100_000)
+    write(tmp_path / "d000" / "f000000.parquet", b"changed", mtime=start + 100_001)
+    third = tick(sensor, second.cursor)
+    assert requested(third) == ["new.parquet", "d000/f000000.parquet"]
+
+
+def test_partition_key_maps_back_to_its_source_url(tmp_path: Path) -> None:
+    from refiner_dagster import partition_source_url
+
+    seen: dict = {}
+
+    @dg.asset(partitions_def=DROPS)
+    def per_file_source(context: dg.AssetExecutionContext) -> None:
+        seen["url"] = partition_source_url(str(tmp_path), context.partition_key)
+
+    write(tmp_path / "sub" / "a.parquet", b"a")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(DROPS.name, ["sub/a.parquet"])
+        # as from the UI: a run of the partition with none of the sensor's tags
+        result = dg.materialize([per_file_source], partition_key="sub/a.parquet", instance=instance)
+        assert result.success
+    assert seen["url"] == str(tmp_path / "sub" / "a.parquet") and os.path.exists(seen["url"])
+    assert partition_source_url("s3://b/drops/", "x/y.jsonl") == "s3://b/drops/x/y.jsonl"
+    with pytest.raises(ValueError, match="not a relative path"):
+        partition_source_url("s3://b/drops", "../secrets")

@@ -69,7 +69,9 @@ def test_asset_metadata_with_an_unknown_policy_names_the_asset_and_the_key(
     def clips() -> mdr.Pipeline:
         return mdr.from_items([{"i": 1}])
 
-    with pytest.raises(ValueError, match=r"asset clips: missing_policy 'skip' is not one of"):
+    with pytest.raises(
+        ValueError, match=r"asset clips: metadata refiner/missing_policy='skip' is not one of"
+    ):
         dg.materialize(
             [clips],
             instance=dagster_instance,

@@ -38,6 +38,9 @@ DEMO_ASSETS = {
     "episode_dataset_repacked_finalized",
     "episodes_with_gap",
     "episodes_with_gap_finalized",
+    # declared in YAML (RefinerDatasetComponent, demo/defs/episode_thumbnails)
+    "episode_thumbnails",
+    "episode_thumbnails_finalized",
 }
 CHROMIUM_FLAGS = [
     "--headless",
@@ -164,17 +167,29 @@ def test_graphql_serves_demo_asset_graph(webserver: str) -> None:
     assert deps("episode_dataset_finalized") == {"episode_dataset"}
     assert deps("episode_dataset_repacked") == {"episode_dataset_finalized"}
     assert deps("episodes_with_gap_finalized") == {"episodes_with_gap"}
+    assert deps("episode_thumbnails_finalized") == {"episode_thumbnails"}
 
     repositories = graphql(
         webserver,
         "{ repositoriesOrError { ... on RepositoryConnection { nodes { location { name } "
-        "jobs { name } sensors { name } schedules { name cronSchedule } } } } }",
+        "jobs { name } sensors { name description } schedules { name cronSchedule "
+        "description } } } } }",
     )["repositoriesOrError"]["nodes"]
     (repository,) = repositories
     assert repository["location"]["name"] == "refiner_demo"
     assert {"demo_refresh", "episodes_export"} <= {j["name"] for j in repository["jobs"]}
-    assert repository["sensors"] == [{"name": "demo_drop_sensor"}]
-    assert repository["schedules"] == [{"name": "demo_refresh_daily", "cronSchedule": "0 4 * * *"}]
+    # the finalizations' eager automation conditions bring Dagster's automation sensor
+    names = [sensor["name"] for sensor in repository["sensors"]]
+    assert names == ["default_automation_condition_sensor", "demo_drop_sensor"]
+    sensor = repository["sensors"][1]
+    (schedule,) = repository["schedules"]
+    assert schedule["name"] == "demo_refresh_daily"
+    assert schedule["cronSchedule"] == "0 4 * * *"
+    # Both start stopped, and say so where they are switched on.
+    assert "Starts stopped" in sensor["description"]
+    assert "dagster sensor start demo_drop_sensor" in sensor["description"]
+    assert "Starts stopped" in schedule["description"]
+    assert "dagster schedule start demo_refresh_daily" in schedule["description"]
 
 
 def page_text(dom: str) -> str:
@@ -201,14 +216,37 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     )
 
 
+def test_dataset_asset_shows_its_published_state(webserver: str) -> None:
+    wait_for_asset_nodes(webserver)
+    query = (
+        '{ assetOrError(assetKey: {path: ["episode_dataset"]}) { ... on Asset { '
+        "assetMaterializations(limit: 1) { metadataEntries { label "
+        "... on TextMetadataEntry { text } } } "
+        "assetObservations(limit: 1) { metadataEntries { label "
+        "... on TextMetadataEntry { text } } } } } }"
+    )
+    asset = graphql(webserver, query)["assetOrError"]
+
+    def entries(events: list[dict]) -> dict[str, str]:
+        (event,) = events
+        return {e["label"]: e.get("text") for e in event["metadataEntries"]}
+
+    written = entries(asset["assetMaterializations"])
+    observed = entries(asset["assetObservations"])
+    assert written["refiner/state"] == "written (its finalization asset publishes it)"
+    assert observed["refiner/state"] == "published by episode_dataset_finalized"
+    assert observed["refiner/version"] == written["refiner/version"]
+
+
 def test_chromium_renders_finalization_metadata(
     webserver: str,
     demo_home: DemoHome,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     wait_for_asset_nodes(webserver)
-    # A fresh instance shows a "join the community" dialog over every page.
-    assert graphql(webserver, "mutation { setNuxSeen }") == {"setNuxSeen": True}
+    # A fresh instance shows a "join the community" dialog over every page; the demo's
+    # instance (its dagster.yaml written by scripts/demo.sh) starts with it off.
+    assert graphql(webserver, "{ shouldShowNux }") == {"shouldShowNux": False}
 
     coalesced = demo_home.metadata("episode_dataset_repacked_finalized")["blobs_coalesced"]
     assert coalesced > 0

@@ -11,8 +11,11 @@ import pyarrow as pa
 from ...datatype import with_asset_form
 from ...io.datafile import is_local
 from ...manifests import ASSET_COUNTER_KEYS
+from .checksum_column import checksum_field, checksum_slot
 from .columns import AssetColumn, asset_columns
 from .fetch import Filesystems, describe
+from .sources import SourcePolicy
+from .unmarked import warn_unmarked
 
 DROPPED = object()
 
@@ -36,7 +39,10 @@ class AssetWriterBase:
         self.attempt = attempt
         self.attempt_dir = f"{config.subdir}/{attempt}"
         self.filesystems = Filesystems(
-            folder.fs.protocol, folder.storage_options, config.source_storage_options
+            folder.fs.protocol,
+            folder.storage_options,
+            config.source_storage_options,
+            SourcePolicy(config.allowed_sources),
         )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)
@@ -96,12 +102,18 @@ class AssetWriterBase:
     # table -------------------------------------------------------------------
     async def process_table(self, table: pa.Table, *, shard_id: str, first_row: int) -> pa.Table:
         columns = asset_columns(table.schema)
+        if not columns:
+            warn_unmarked(table, self.config)
         if not columns or table.num_rows == 0:
             return table
+        if self.output_form == "path" and self.config.checksum is not None:
+            for column in columns:  # a clash with a user column fails before any copy
+                checksum_slot(table.schema, column.field)
         self._touched = True
         dropped = [False] * table.num_rows
         written: dict[int, list[tuple[str, int]]] = {}
         replaced: dict[int, tuple[pa.Field, list[Any]]] = {}
+        checksummed: dict[int, tuple[pa.Field, list[Any]]] = {}
         for column in columns:
             values = table.column(column.index).to_pylist()
             new_values = await self._write_column(
@@ -115,16 +127,31 @@ class AssetWriterBase:
                     and any(v is DROPPED for v in value)
                 ):
                     dropped[i] = True
-            replaced[column.index] = (with_asset_form(column.field, self.output_form), new_values)
+            replaced[column.index] = (self.output_field(column), new_values)
+            sums = self.take_checksums(column)
+            if sums is not None:
+                checksummed[column.index] = (
+                    checksum_field(column.field, self.config.checksum),
+                    sums,
+                )
+        replaced_slots = {
+            checksum_slot(table.schema, table.schema.field(index)) for index in checksummed
+        }
         self._forget_dropped(written, dropped)
         arrays = []
         fields = []
         keep = [i for i, d in enumerate(dropped) if not d]
         for index, field in enumerate(table.schema):
+            if index in replaced_slots:
+                continue
             if index in replaced:
                 new_field, values = replaced[index]
                 arrays.append(pa.array([values[i] for i in keep], type=new_field.type))
                 fields.append(new_field)
+                if index in checksummed:
+                    sum_field, sums = checksummed[index]
+                    arrays.append(pa.array([sums[i] for i in keep], type=sum_field.type))
+                    fields.append(sum_field)
             else:
                 column = table.column(index)
                 arrays.append(
@@ -135,6 +162,14 @@ class AssetWriterBase:
                 fields.append(field)
         self.counters["rows_dropped"] += table.num_rows - len(keep)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def output_field(self, column: AssetColumn) -> pa.Field:
+        """The field of ``column`` once its values are written."""
+        return with_asset_form(column.field, self.output_form)
+
+    def take_checksums(self, column: AssetColumn) -> list[Any] | None:
+        """The checksum cells of ``column`` written by the last ``_write_column``, if any."""
+        return None
 
     def _forget_dropped(
         self, written: dict[int, list[tuple[str, int]]], dropped: list[bool]

@@ -9,10 +9,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...datatype import with_asset_form
+from ...io.checksum import carried_checksum
 from .base import AssetWriterBase
 from .blocks import BlockWriter
 from .coalesce import coalescing_candidates
 from .columns import AssetColumn, asset_columns
+from .dedupe import (
+    FAST_DIGEST,
+    DedupeIndex,
+    DigestPlan,
+    Fetched,
+    content_digest,
+    source_key,
+    source_key_size,
+)
 from .fetch import MissingAsset, Source, is_remote, open_source, source_size
 
 DEFER_MAX_ROWS = 262_144
@@ -34,6 +45,12 @@ class BlobAssetWriter(AssetWriterBase):
         self._lock = asyncio.Lock()
         self._held: list[pa.Table] = []
         self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
+        self.dedupe = DedupeIndex(config.dedupe, self.counters)
+        self._sources_seen: set[Any] = set()  # dedupe="source": repeats only look up their key
+        self.digests = DigestPlan(
+            content=content_digest(self.local_output) if config.dedupe == "content" else None,
+            checksum=config.checksum,
+        )
 
     def _block(self, column: AssetColumn) -> BlockWriter:
         writer = self.blocks.get(column.name)
@@ -84,32 +101,44 @@ class BlobAssetWriter(AssetWriterBase):
         results: list[Any] = list(values)
         whole: dict[str, int] = {}
         if self._coalesces(column):
-            whole = await self._whole_blobs(values)
+            whole = self._carrying_checksums(await self._whole_blobs(values), values)
         copied: dict[str, tuple[str, int]] = {}
         copies: list[asyncio.Future] = []  # server-side whole-blob copies, run concurrently
         form = column.info.form
         prefetch: collections.deque = collections.deque()
         jobs = iter(self.jobs(column, values, dropped))
+        by_source = self.dedupe.mode == "source"
+        scheduled = self._sources_seen
 
-        def fetch(value: Any):
+        def fetch(value: Any, key_only: bool = False):
             try:
-                return open_source(value, form, self.filesystems), None
+                key = source_key(value, form, self.filesystems) if by_source else None
+                if key_only and key is not None:
+                    return Fetched(None, key), None
+                source = open_source(value, form, self.filesystems)
+                if source.data is None:
+                    return Fetched(source, key), None
+                return self.digests.of_bytes(source, value, key), None
             except Exception as exc:  # reported in row order below
                 return None, exc
 
-        async def fetch_async(value: Any):
-            return await self.in_thread(fetch, value)
+        async def fetch_async(value: Any, key_only: bool = False):
+            return await self.in_thread(fetch, value, key_only)
 
         def schedule() -> None:
             for row, element, value in jobs:
                 # coalescing_candidates validated every reference of the column already
+                source_id = _source_id(value) if by_source else None
+                key_only = source_id is not None and source_id in scheduled
+                if source_id is not None:
+                    scheduled.add(source_id)
                 if whole and value["path"] in whole:
                     prefetch.append((row, element, value, None))
                 elif not is_remote(value, form):
-                    prefetch.append((row, element, value, fetch(value)))
+                    prefetch.append((row, element, value, fetch(value, key_only)))
                 else:
                     prefetch.append(
-                        (row, element, value, asyncio.ensure_future(fetch_async(value)))
+                        (row, element, value, asyncio.ensure_future(fetch_async(value, key_only)))
                     )
                 if len(prefetch) >= self.config.max_in_flight:
                     return
@@ -130,46 +159,36 @@ class BlobAssetWriter(AssetWriterBase):
                     url, start = copied[path]
                     self.counters["references_coalesced"] += 1
                     self.counters["assets_written"] += 1
-                    reference = {
-                        "path": url,
-                        "offset": start + value["offset"],
-                        "size": value["size"],
-                    }
-                    self.place(results, column, values, row, element, reference)
-                else:
-                    source, error = await pending if asyncio.isfuture(pending) else pending
-                    if error is not None:
-                        if isinstance(error, MissingAsset):
-                            new = self.on_missing(
-                                column, first_row + row, element, error.path, shard_id
-                            )
-                            self.place(results, column, values, row, element, new)
-                            schedule()
-                            continue
-                        raise self.fail(column, first_row + row, element, value, error, shard_id)
-                    try:
-                        url, start = (
-                            block.append(source)
-                            if source.data is not None
-                            else await self.in_thread(block.append, source)
-                        )
-                    except Exception as exc:  # a streamed source failing half way
-                        raise self.fail(
-                            column, first_row + row, element, value, exc, shard_id
-                        ) from exc
-                    self.counters["assets_written"] += 1
-                    self.counters["asset_bytes"] += source.size
-                    if form == "blob":
-                        self.counters["ranges_copied"] += 1
-                        self.counters["bytes_range_copied"] += source.size
-                    self.place(
-                        results,
-                        column,
-                        values,
-                        row,
-                        element,
-                        {"path": url, "offset": start, "size": source.size},
+                    reference = self._reference(
+                        url, start + value["offset"], value["size"], value.get("checksum")
                     )
+                    self.place(results, column, values, row, element, reference)
+                    schedule()
+                    continue
+                fetched, error = await pending if asyncio.isfuture(pending) else pending
+                if error is None and fetched.source is None:
+                    reused = self.dedupe.reuse(fetched.key, source_key_size(fetched.key))
+                    if reused is not None:
+                        self.counters["assets_written"] += 1
+                        self.place(results, column, values, row, element, reused)
+                        schedule()
+                        continue
+                    # the first copy of this source failed or it changed: read it now
+                    fetched, error = await self.in_thread(fetch, value)
+                if error is not None:
+                    if isinstance(error, MissingAsset):
+                        new = self.on_missing(
+                            column, first_row + row, element, error.path, shard_id
+                        )
+                        self.place(results, column, values, row, element, new)
+                        schedule()
+                        continue
+                    raise self.fail(column, first_row + row, element, value, error, shard_id)
+                try:
+                    reference = await self._store(block, fetched, value, form)
+                except Exception as exc:  # a streamed source failing half way
+                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                self.place(results, column, values, row, element, reference)
                 schedule()
         finally:
             for item in prefetch:
@@ -182,6 +201,76 @@ class BlobAssetWriter(AssetWriterBase):
             if isinstance(outcome, BaseException):
                 raise outcome
         return results
+
+    async def _store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
+        """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""
+        source, size = fetched.source, fetched.size
+        self.counters["assets_written"] += 1
+        reused = self.dedupe.reuse(fetched.key, size, self._confirmer(source))
+        if reused is not None:
+            return reused
+        if source.data is not None:
+            url, start = block.append(source)
+            reference = self._reference(url, start, size, fetched.checksum)
+        else:
+            digests = self.digests.streaming(value)
+            if digests.content is not None and self.dedupe.has_size(size):
+                # a large asset the size of one already stored: hash it first, so that a
+                # repeat is never written (one read), and a new one is read twice
+                await self.in_thread(_drain, digests.tee(source))
+                reused = self.dedupe.reuse(digests.key(size), size, self._confirmer(source))
+                if reused is not None:
+                    return reused
+                digests = self.digests.streaming(value)
+            url, start = await self.in_thread(block.append, digests.tee(source))
+            fetched.key = digests.key(size) or fetched.key
+            reference = self._reference(url, start, size, digests.reference_checksum())
+        self.dedupe.remember(fetched.key, reference, size)
+        self.counters["asset_bytes"] += size
+        if form == "blob":
+            self.counters["ranges_copied"] += 1
+            self.counters["bytes_range_copied"] += size
+        return reference
+
+    def _confirmer(self, source: Source) -> Any:
+        """For a fast content digest: a check that a stored copy holds ``source``'s bytes."""
+        if self.digests.content != FAST_DIGEST:
+            return None
+        return functools.partial(self._stored_holds, source)
+
+    def _stored_holds(self, source: Source, stored: dict) -> bool:
+        """Whether the stored range ``stored`` (in a local block, open or closed) has
+        exactly the bytes of ``source``."""
+        path = stored["path"]
+        for block in self.blocks.values():
+            path = block.readable_path(path)
+        with open(path, "rb") as f:
+            f.seek(stored["offset"])
+            for chunk in source.chunks():
+                if f.read(len(chunk)) != chunk:
+                    return False
+        return True
+
+    def _reference(self, url: str, offset: int, size: int, checksum: str | None) -> dict:
+        reference = {"path": url, "offset": offset, "size": size}
+        if self.config.checksum is not None:
+            reference["checksum"] = checksum
+        return reference
+
+    def _carrying_checksums(self, whole: dict[str, int], values: list[Any]) -> dict[str, int]:
+        """With ``checksum=``, only blobs whose every reference carries a checksum of that
+        algorithm are copied whole (it is carried over; the others are hashed by range)."""
+        if self.config.checksum is None or not whole:
+            return whole
+        lacking = {
+            value["path"]
+            for value in values
+            if value is not None and carried_checksum(value, self.config.checksum) is None
+        }
+        return {path: size for path, size in whole.items() if path not in lacking}
+
+    def output_field(self, column: AssetColumn) -> pa.Field:
+        return with_asset_form(column.field, "blob", checksum=self.config.checksum is not None)
 
     async def _whole_blobs(self, values: list[Any]) -> dict[str, int]:
         """Source blobs (→ size) covered entirely by the references in ``values``; the
@@ -240,3 +329,20 @@ class BlobAssetWriter(AssetWriterBase):
             block.abort()
         self._shutdown()
         self.discard()
+
+
+def _drain(source: Any) -> None:
+    for _ in source.chunks():
+        pass
+
+
+def _source_id(value: Any) -> Any:
+    """What makes two values the same source before any lookup: the path, or a blob
+    reference's path and range; ``None`` for values that are neither."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        parts = (value.get("path"), value.get("offset"), value.get("size"))
+        if all(isinstance(p, (str, int)) for p in parts):
+            return parts
+    return None

@@ -72,6 +72,14 @@ class BlockWriter:
         self._offset += written
         return self._url, start
 
+    def readable_path(self, url: str) -> str:
+        """Where the bytes of block ``url`` can be read now: the open block's temporary
+        file (flushed) when ``url`` is the open block of a local output, else ``url``."""
+        if self._file is not None and url == self._url and hasattr(self._file, "name"):
+            self._file.flush()
+            return self._file.name
+        return url
+
     def whole_copy_destination(self, fs: Any, size: int) -> str | None:
         """Where a whole source blob of ``size`` bytes on ``fs`` is copied server-side,
         as a block of its own (its name taken now, in row order); ``None`` when it is

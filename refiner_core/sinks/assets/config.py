@@ -9,10 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ...io.checksum import check_algorithm
 from ...io.datafile import check_relative
 from ...validation import check_positive
 from ...vocabulary import MISSING_POLICIES, AssetForm, MissingPolicy, check_choice
+from .sources import check_allowed_sources
 
+DEDUPE_MODES = ("source", "content")
 LEGACY_KEYWORDS = (
     "upload_assets",
     "assets_subdir",
@@ -48,12 +51,15 @@ def _validate_common(config: Any) -> None:
             "for refiner's own files and skipped by readers"
         )
     check_choice("missing_policy", config.missing_policy, MISSING_POLICIES)
+    object.__setattr__(config, "allowed_sources", check_allowed_sources(config.allowed_sources))
     options = config.source_storage_options
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(
             "source_storage_options must be a dict of fsspec options for the filesystem the "
             f"assets are read from (e.g. {{'endpoint_url': ...}}), got {type(options).__name__}"
         )
+    if config.checksum is not None:
+        check_algorithm(config.checksum)
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,15 @@ class FileAssetConfig:
     ``source_storage_options`` are fsspec options for reading the assets (e.g. media
     on S3 behind another endpoint or credentials); by default an asset on the
     output's filesystem type is read with the output's ``storage_options`` and any
-    other with none.
+    other with none. ``allowed_sources`` (URL prefixes or local folders) limits
+    where assets may be read from; local paths under ``/proc``, ``/sys`` and ``/dev``
+    are refused in any case (see :mod:`refiner_core.sinks.assets.sources`).
 
     ``form`` is ``"files"``, the word summaries and records use for this config.
+
+    ``checksum="sha256"|"crc32c"`` records each copy's checksum (``"<algorithm>:<hex>"``)
+    in a sibling string column ``<column>_checksum``, computed on the bytes as they are
+    written (such copies stream through the worker instead of being copied server-side).
 
     Example:
         >>> import refiner_core as mdr
@@ -83,6 +95,8 @@ class FileAssetConfig:
     max_in_flight: int = 16
     missing_policy: MissingPolicy = "error"
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -96,9 +110,25 @@ class BlobAssetConfig:
     Each cell becomes ``{path, offset, size}``. A block rolls over when it is
     non-empty and the next asset would take it past ``target_bytes``; an asset larger
     than the target gets a block of its own. ``source_storage_options`` as for
-    :class:`FileAssetConfig`.
+    :class:`FileAssetConfig`, and so are ``allowed_sources``.
 
     ``form`` is ``"blobs"``.
+
+    ``dedupe`` stores repeated media once per writer attempt (never across attempts, so
+    removing a rejected attempt cannot break a kept row); the references of the
+    repeats point at the same ``{path, offset, size}``:
+
+    - ``None`` (default): every asset is stored.
+    - ``"source"``: assets read from the same source (same URL and range, same size and
+      modification time or ETag) share one copy; a repeat is not read again.
+    - ``"content"``: assets with identical bytes share one copy. They are matched by
+      size and CRC32C, confirmed byte by byte against the stored copy, on local outputs,
+      and by size and SHA-256 on object stores (where a copy cannot be read back cheaply).
+
+    ``checksum="sha256"|"crc32c"`` gives each reference a ``checksum`` field
+    (``"<algorithm>:<hex>"``), computed while the bytes stream into the block, and
+    carried over unchanged from source references that already have one of the same
+    algorithm; ``mdr.read_blob(ref, verify=True)`` checks it.
 
     Example:
         >>> import refiner_core as mdr
@@ -106,6 +136,8 @@ class BlobAssetConfig:
         1073741824
         >>> mdr.BlobAssetConfig.form
         'blobs'
+        >>> mdr.BlobAssetConfig(dedupe="content", checksum="crc32c").dedupe
+        'content'
     """
 
     form: ClassVar[AssetForm] = "blobs"
@@ -115,9 +147,17 @@ class BlobAssetConfig:
     missing_policy: MissingPolicy = "error"
     max_in_flight: int = 16
     source_storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    allowed_sources: tuple[str, ...] | None = None
+    dedupe: str | None = None
+    checksum: str | None = None
 
     def __post_init__(self) -> None:
         _validate_common(self)
+        if self.dedupe is not None and self.dedupe not in DEDUPE_MODES:
+            raise ValueError(
+                f"dedupe {self.dedupe!r} is not one of {', '.join(map(repr, DEDUPE_MODES))} "
+                "(or None to store every asset)"
+            )
         check_positive("target_bytes", self.target_bytes)
         check_positive("max_in_flight", self.max_in_flight)
 

@@ -6,11 +6,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from fsspec.core import strip_protocol
-
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
+from .sources import SourcePolicy
 
 INLINE_LIMIT = 8 * 1024 * 1024
 STREAM_CHUNK = 8 * 1024 * 1024
@@ -52,20 +51,27 @@ class Source:
 
 class Filesystems:
     """Resolves source URLs: remote ones with ``source_options`` when given, else with
-    the output's storage options for the output's protocol and none for others."""
+    the output's storage options for the output's protocol and none for others.
+
+    Every URL is first judged by ``policy`` (:class:`RefusedSource` when refused);
+    local paths come back as the policy returned them (resolved when it resolves
+    them), so the file opened is the file that was judged."""
 
     def __init__(
         self,
         protocol: Any,
         storage_options: dict[str, Any],
         source_options: dict[str, Any] | None = None,
+        policy: SourcePolicy | None = None,
     ) -> None:
         self.protocol = protocol
         self.storage_options = storage_options
         self.source_options = source_options
+        self.policy = policy or SourcePolicy()
         self._cache: dict[str, Any] = {}
 
     def resolve(self, url: str):
+        local = self.policy.check(url)
         scheme = url.split("://", 1)[0] if "://" in url else "file"
         fs = self._cache.get(scheme)
         if fs is None:
@@ -75,10 +81,15 @@ class Filesystems:
                 options = dict(self.source_options)
             fs, path = resolve(url, options)
             self._cache[scheme] = fs
-            return fs, path
+        elif not is_local(fs):
+            from fsspec.core import strip_protocol
+
+            return fs, strip_protocol(url)
+        else:
+            path = None
         if is_local(fs):
-            return fs, os.path.abspath(url[7:] if url.startswith("file://") else url)
-        return fs, strip_protocol(url)
+            return fs, local if local is not None else self.policy.check_local(path or url)
+        return fs, path
 
 
 def describe(value: Any) -> str:

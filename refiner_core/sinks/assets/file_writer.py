@@ -6,6 +6,7 @@ import asyncio
 import os
 from typing import Any
 
+from ...io.checksum import Hasher
 from ...io.datafile import is_local
 from .base import AssetWriterBase
 from .columns import asset_file_name
@@ -34,10 +35,17 @@ class FileAssetWriter(AssetWriterBase):
         super().__init__(config, folder, attempt)
         self._slots = asyncio.Semaphore(config.max_in_flight)
         self._local_slots = asyncio.Semaphore(min(LOCAL_THREADS, config.max_in_flight))
+        self._sums: dict[str, str] = {}  # relative path -> checksum of the copy
+        self._column_sums: dict[str, list[Any]] = {}
+
+    def take_checksums(self, column: Any) -> list[Any] | None:
+        return self._column_sums.pop(column.name, None)
 
     def _copy(self, relative: str, value: Any, form: str) -> int:
-        """Copy one asset to ``relative``; returns its size. Runs in a worker thread."""
-        if form == "path":
+        """Copy one asset to ``relative``; returns its size. Runs in a worker thread.
+
+        With ``checksum=`` every copy streams through here, hashed on the way."""
+        if form == "path" and self.config.checksum is None:
             fs, path = self.filesystems.resolve(check_path(value))
             if self.folder.same_filesystem(fs):
                 local = is_local(fs)
@@ -48,9 +56,14 @@ class FileAssetWriter(AssetWriterBase):
                     raise MissingAsset(value) from exc
                 return os.path.getsize(self.folder.join(relative)) if local else size
         source = open_source(value, form, self.filesystems)
+        hasher = Hasher(self.config.checksum) if self.config.checksum else None
         with self.folder.open_atomic(relative, size_hint=source.size) as f:
             for chunk in source.chunks():
+                if hasher is not None:
+                    hasher.update(chunk)
                 f.write(chunk)
+        if hasher is not None:
+            self._sums[relative] = hasher.checksum()
         return source.size
 
     def _copy_run(self, items: list[tuple[str, Any]], form: str) -> list[tuple[Any, Any]]:
@@ -107,6 +120,10 @@ class FileAssetWriter(AssetWriterBase):
         for run, run_outcomes in zip(runs, done, strict=True):
             for k, outcome in zip(run, run_outcomes, strict=True):
                 outcomes[k] = outcome
+        sums: list[Any] | None = None
+        if self.config.checksum is not None:
+            sums = [[None] * len(v) if column.info.is_list and v else None for v in values]
+            self._column_sums[column.name] = sums
         for (row, element, value), relative, (size, error) in zip(
             jobs, relatives, outcomes, strict=True
         ):
@@ -120,4 +137,10 @@ class FileAssetWriter(AssetWriterBase):
             self.counters["asset_bytes"] += size
             written.setdefault(row, []).append((relative, size))
             self.place(results, column, values, row, element, self.folder.url_of(relative))
+            if sums is not None:
+                checksum = self._sums.pop(relative)
+                if element is None:
+                    sums[row] = checksum
+                else:
+                    sums[row][element] = checksum
         return results

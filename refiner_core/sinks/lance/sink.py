@@ -76,6 +76,10 @@ class LanceSink(FolderSink):
     # without row steps hands it blocks of up to a file's rows (still within the
     # vectorized block byte cap) instead of the engine's default 65,536.
     arrow_block_rows = max_rows_per_file
+    # Runs append to one dataset one after another and concurrently: the version
+    # claims and the commit check settle who commits, and a run only ever deletes
+    # its own attempts, so no run owns the whole folder.
+    exclusive_owner = False
 
     def __init__(
         self,
@@ -187,7 +191,10 @@ class LanceSink(FolderSink):
         found = []
         for relative in self.folder.find(f"{STATE_DIR}/journal"):
             if relative.endswith(".json"):
-                entry = json.loads(self.folder.read_bytes(relative))
+                try:
+                    entry = json.loads(self.folder.read_bytes(relative))
+                except FileNotFoundError:  # removed meanwhile by another run's finalization
+                    continue
                 if entry.get("run_id") == run_id:
                     found.append((relative, entry))
         return found

@@ -57,7 +57,7 @@ def test_batches_of_wide_rows_are_sized_by_bytes_of_the_read_columns(tmp_path):
 def test_the_pipelines_block_byte_cap_sizes_what_the_source_reads(tmp_path, monkeypatch):
     from refiner_core.sources import parquet
 
-    read = parquet.iter_row_group_batches
+    read = parquet.iter_row_range_batches
     batches: list[int] = []
 
     def recording(*args, **kwargs):
@@ -65,7 +65,7 @@ def test_the_pipelines_block_byte_cap_sizes_what_the_source_reads(tmp_path, monk
             batches.append(batch.num_rows)
             yield batch
 
-    monkeypatch.setattr(parquet, "iter_row_group_batches", recording)
+    monkeypatch.setattr(parquet, "iter_row_range_batches", recording)
     path = tmp_path / "wide.parquet"
     table = write_wide(path, 600, 4 * KIB)
     pipeline = mdr.read_parquet(str(path)).with_max_vectorized_block_bytes(40 * KIB)

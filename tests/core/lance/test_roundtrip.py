@@ -134,8 +134,9 @@ def test_read_lance_shards_pin_a_version(tmp_path: Path) -> None:
     shards = pipeline.plan()
     assert len(shards) == 2
     assert pipeline.source.pinned_version == 1
-    ids = [i for s in shards for i in s.payload[1]]
-    assert sorted(ids) == [0, 1, 2, 3] and len(set(ids)) == 4  # whole fragments, each once
+    spans = [span for s in shards for span in s.payload[1]]
+    # whole fragments (rows 0 to 10 of each), each once
+    assert sorted(spans) == [(i, 0, 10) for i in range(4)]
 
     write_dataset(pa.table({"x": [100, 101]}), out, mode="append")  # version 2
     read = [

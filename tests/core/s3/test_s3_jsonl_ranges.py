@@ -55,3 +55,21 @@ def test_jsonl_lines_longer_than_a_read_are_read_whole_across_range_ends(
     # reads past a range end double in size (16 kB, 32 kB, ...): a few per shard
     assert len(gets) <= 8 * 8, len(gets)
     assert sum(r.response_bytes for r in gets) <= 2 * size
+
+
+def test_jsonl_on_s3_is_cut_into_exactly_num_shards_at_line_starts(
+    tmp_path, s3_server, s3_bucket, s3_storage_options
+):
+    lines = [{"i": i, "text": "t" * (i % 50)} for i in range(500)]
+    upload_jsonl(tmp_path, s3_server, s3_bucket, "index.jsonl", lines)
+    pipeline = mdr.read_jsonl(
+        f"s3://{s3_bucket}/index.jsonl", num_shards=7, storage_options=s3_storage_options
+    )
+    shards = pipeline.plan()
+    assert len(shards) == 7
+    local = (tmp_path / "index.jsonl").read_bytes()
+    for shard in shards:
+        ((_, start, _),) = shard.payload
+        assert start == 0 or local[start - 1 : start] == b"\n"  # each starts at a line
+    parts = [[r.i for b in pipeline.source.read(s, batch_rows=64) for r in b] for s in shards]
+    assert all(parts) and [i for part in parts for i in part] == list(range(500))

@@ -1,0 +1,78 @@
+"""Benchmark: how long ``import refiner_core`` and ``import refiner_dagster`` take.
+
+Each import runs in a fresh interpreter (``python -c "import X"``, timed inside the
+child from before the import to after it), interleaved with its baseline, and the
+median of ``--repeat`` runs is reported::
+
+    python bench/bench_import.py --repeat 7
+
+- ``refiner_core`` against ``pyarrow`` (what it cannot do without): target <= 0.5 s;
+- ``refiner_dagster`` against ``dagster``: target <= 2.5 s.
+
+It also reports which heavy modules each import pulled in (none of lance, s3fs, httpx,
+dagster_aws should be there: they are imported where they are used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+PROBE = """
+import json, sys, time
+start = time.perf_counter()
+import {module}
+elapsed = time.perf_counter() - start
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps({{"seconds": elapsed, "heavy": heavy}}))
+"""
+HEAVY = ("lance", "s3fs", "httpx", "pydantic", "dagster_aws", "boto3", "pandas")
+CASES = (
+    ("refiner_core", "pyarrow", 0.5),
+    ("refiner_dagster", "dagster", 2.5),
+)
+
+
+def timed_import(module: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(module=module, heavy=HEAVY)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="fresh interpreters per import")
+    args = parser.parse_args()
+    failed = False
+    for module, baseline, target in CASES:
+        ours: list[float] = []
+        base: list[float] = []
+        heavy: set[str] = set()
+        timed_import(module)  # warm the OS file cache for both
+        timed_import(baseline)
+        for _ in range(args.repeat):
+            probe = timed_import(module)
+            ours.append(probe["seconds"])
+            heavy.update(probe["heavy"])
+            base.append(timed_import(baseline)["seconds"])
+        mine, theirs = statistics.median(ours), statistics.median(base)
+        verdict = "ok" if mine <= target else "OVER TARGET"
+        failed = failed or mine > target
+        print(
+            f"import {module}: {mine:.3f} s (median of {args.repeat}), import {baseline}: "
+            f"{theirs:.3f} s, ratio {mine / theirs:.2f}x; target <= {target} s: {verdict}"
+        )
+        print(f"  heavy modules imported: {', '.join(sorted(heavy)) or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The ``refiner`` command: look inside an output folder or dataset version, local or S3.
+
+    refiner inspect OUT                     rows, shards, attempts, asset columns, blocks, counters
+    refiner verify OUT                      every reference resolves (exit 1 naming row and column)
+    refiner preview OUT --html report.html  a page with sampled images, block fill and counters
+
+``OUT`` is a folder a writer wrote to, a Dagster dataset's version folder
+(``.../<asset>/v-<run>``), or the dataset's folder itself (its published version).
+For S3, credentials come from the usual AWS variables; pass ``--endpoint-url`` for
+MinIO/R2/moto and ``-o key=value`` for any other s3fs option.
+
+Example:
+    >>> import tempfile, refiner_core as mdr
+    >>> from click.testing import CliRunner
+    >>> from refiner_core.cli import main
+    >>> out = tempfile.mkdtemp()
+    >>> _ = mdr.from_items([{"n": 1}]).write_parquet(out).launch_local()
+    >>> CliRunner().invoke(main, ["verify", out]).exit_code
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from .storage import NotAnOutput, StoredOutput, open_output
+
+
+def _storage_options(endpoint_url: str | None, options: tuple[str, ...]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="-o")
+        try:
+            parsed[key] = json.loads(value)
+        except ValueError:
+            parsed[key] = value
+    if endpoint_url:
+        parsed["endpoint_url"] = endpoint_url
+    return parsed
+
+
+def _open(out: str, endpoint_url: str | None, options: tuple[str, ...]) -> StoredOutput:
+    try:
+        return open_output(out, _storage_options(endpoint_url, options) or None)
+    except NotAnOutput as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _location_options(command):
+    command = click.option(
+        "-o",
+        "--storage-option",
+        "options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="An fsspec/s3fs storage option (values are JSON when they parse), repeatable.",
+    )(command)
+    command = click.option(
+        "--endpoint-url",
+        envvar="REFINER_ENDPOINT_URL",
+        help="S3 endpoint (MinIO, R2, moto); also REFINER_ENDPOINT_URL.",
+    )(command)
+    return click.argument("out")(command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Look inside refiner output folders and dataset versions, local or on S3."""
+
+
+@main.command()
+@_location_options
+@click.option("--all", "show_all", is_flag=True, help="List every block, not the first few.")
+def inspect(out: str, endpoint_url: str | None, options: tuple[str, ...], show_all: bool) -> None:
+    """Rows, shards, attempts, asset columns, blocks with size and fill, counters, files."""
+    from .inspection import render_inspection
+
+    render_inspection(_open(out, endpoint_url, options), Console(), show_all=show_all)
+
+
+@main.command()
+@_location_options
+@click.option("--max-failures", default=20, show_default=True, help="Failures listed in full.")
+def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_failures: int) -> None:
+    """Check that every blob reference and file path resolves within bounds (and
+    checksums, when references carry them); exit 1 on any failure."""
+    from .verify import verify_output
+
+    console = Console(highlight=False, soft_wrap=True)
+    report = verify_output(_open(out, endpoint_url, options), limit=max_failures)
+    checked = (
+        f"{report.rows:,} rows, {report.blobs:,} blob references, {report.paths:,} file paths, "
+        f"{report.checksums:,} checksums"
+    )
+    if report.ok:
+        console.print(f"[green]OK[/green]: {checked} checked in {out}")
+        return
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(f"[red]FAILED[/red]: {report.failure_count:,} problem(s) in {out} ({checked})")
+    for line in report.failures:
+        err.print(f"  {line}", markup=False)
+    if report.failure_count > len(report.failures):
+        err.print(f"  ... {report.failure_count - len(report.failures):,} more")
+    sys.exit(1)
+
+
+@main.command()
+@_location_options
+@click.option(
+    "--html",
+    "html_path",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="Where to write the page (a local file).",
+)
+@click.option("--sample", default=24, show_default=True, help="Images on the contact sheet.")
+def preview(
+    out: str, endpoint_url: str | None, options: tuple[str, ...], html_path: str, sample: int
+) -> None:
+    """Write an HTML page: a contact sheet of sampled images, block fill, counters."""
+    from .preview import build_preview
+
+    page = build_preview(_open(out, endpoint_url, options), sample=sample)
+    temporary = f"{html_path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(page.html)
+    os.replace(temporary, html_path)  # never a half-written page
+    Console(highlight=False).print(f"wrote {html_path} ({page.images} images)")
+
+
+__all__ = ["main"]

@@ -1,0 +1,178 @@
+"""Check that every reference in an output resolves: blobs within their block, files present.
+
+A blob reference ``{path, offset, size}`` must lie inside its block (``offset + size``
+at most the block's size); with a ``checksum`` (``"sha256:<hex>"``) the range's digest
+must match. A path cell must name an existing file. The table files the summary lists
+must exist too. Block sizes are looked up once per block.
+
+Example:
+    >>> import os, tempfile, refiner_core as mdr
+    >>> from refiner_core.cli.storage import open_output
+    >>> from refiner_core.cli.verify import verify_output
+    >>> src, out = tempfile.mkdtemp(), tempfile.mkdtemp()
+    >>> path = os.path.join(src, "a.png")
+    >>> _ = open(path, "wb").write(b"png bytes")
+    >>> pipeline = mdr.from_items([{"image": path}], dtypes={"image": mdr.datatype.image_path()})
+    >>> _ = pipeline.write_parquet(out, assets=mdr.BlobAssetConfig()).launch_local()
+    >>> report = verify_output(open_output(out))
+    >>> report.ok, report.blobs, report.failures
+    (True, 1, [])
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..io.datafile import resolve
+from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
+from .storage import StoredOutput
+
+
+@dataclass
+class VerifyReport:
+    """What was checked and every failure found (``failures`` holds the first ``limit``)."""
+
+    rows: int = 0
+    blobs: int = 0
+    paths: int = 0
+    checksums: int = 0
+    failure_count: int = 0
+    failures: list[str] = field(default_factory=list)
+    limit: int = 20
+
+    @property
+    def ok(self) -> bool:
+        return self.failure_count == 0
+
+    def fail(self, message: str) -> None:
+        self.failure_count += 1
+        if len(self.failures) < self.limit:
+            self.failures.append(message)
+
+
+class _Sizes:
+    """Sizes of the files references point at, one lookup per file."""
+
+    def __init__(self, storage_options: dict[str, Any]) -> None:
+        self.storage_options = storage_options
+        self._known: dict[str, int | None] = {}
+
+    def _fs(self, url: str):
+        options = self.storage_options if "://" in url else None
+        return resolve(url, options)
+
+    def size(self, url: str) -> int | None:
+        """The file's size in bytes, ``None`` when it does not exist."""
+        if url not in self._known:
+            fs, path = self._fs(url)
+            try:
+                self._known[url] = int(fs.size(path))
+            except FileNotFoundError:
+                self._known[url] = None
+        return self._known[url]
+
+
+def _check_blob(ref: Reference, row: TableRow, sizes: _Sizes, report: VerifyReport) -> bool:
+    """Check that ``ref`` lies inside its block; ``True`` when it does."""
+    where = f"{row.where()}, {ref.describe()}"
+    offset, size = ref.offset, ref.size
+    if not isinstance(offset, int) or not isinstance(size, int) or offset < 0 or size < 0:
+        report.fail(f"{where}: malformed reference (offset and size must be integers >= 0)")
+        return False
+    if not ref.path:
+        report.fail(f"{where}: the reference has an empty path")
+        return False
+    block = sizes.size(ref.path)
+    if block is None:
+        report.fail(f"{where}: the block does not exist")
+        return False
+    if offset + size > block:
+        report.fail(
+            f"{where}: reaches past the end of the block, which has {block} bytes "
+            "(truncated or overwritten block; write the dataset again)"
+        )
+        return False
+    return True
+
+
+_CRC32C_TABLE: list[int] = []
+
+
+def crc32c(data: bytes) -> str:
+    """CRC-32C (Castagnoli) of ``data`` as 8 lowercase hex digits.
+
+    >>> crc32c(b"123456789")
+    'e3069283'
+    """
+    if not _CRC32C_TABLE:
+        for n in range(256):
+            c = n
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            _CRC32C_TABLE.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return f"{crc ^ 0xFFFFFFFF:08x}"
+
+
+def digest(algorithm: str, data: bytes) -> str | None:
+    """The hex digest of ``data`` (``sha256``, ``crc32c``, any hashlib name), or ``None``
+    for an algorithm this process cannot compute."""
+    if algorithm == "crc32c":
+        return crc32c(data)
+    if algorithm in hashlib.algorithms_available:
+        return hashlib.new(algorithm, data).hexdigest()
+    return None
+
+
+def _check_digests(
+    pending: list[tuple[Reference, str]], storage_options: dict[str, Any], report: VerifyReport
+) -> None:
+    """Check the checksums of in-bounds references, read with ``iter_blobs``: one ranged
+    read per run of nearby ranges of a block, blocks concurrently, memory bounded."""
+    from ..io import iter_blobs
+
+    refs = ({"path": r.path, "offset": r.offset, "size": r.size} for r, _ in pending)
+    read = iter_blobs(refs, storage_options=storage_options or None)
+    for (ref, where), data in zip(pending, read, strict=True):
+        algorithm, _, expected = str(ref.checksum).partition(":")
+        actual = digest(algorithm, bytes(data or b""))
+        if actual is None:
+            report.fail(f"{where}: cannot check checksum {ref.checksum!r}: unknown algorithm")
+            continue
+        report.checksums += 1
+        if actual != expected.lower():
+            report.fail(f"{where}: {algorithm} is {actual}, the reference says {expected}")
+
+
+def verify_output(output: StoredOutput, *, limit: int = 20) -> VerifyReport:
+    """Check every reference and table file of ``output``; see the module docstring."""
+    report = VerifyReport(limit=limit)
+    for relative in output.files:
+        if not output.folder.exists(relative):
+            report.fail(f"table file {output.folder.url_of(relative)} is missing")
+    if not report.ok:
+        return report
+    columns = asset_columns(output)
+    sizes = _Sizes(output.storage_options)
+    prefixes = asset_prefixes(output)
+    pending: list[tuple[Reference, str]] = []  # in-bounds references carrying a checksum
+    for row in iter_rows(output):
+        report.rows += 1
+        for ref in references(row, columns, prefixes):
+            if ref.is_blob:
+                report.blobs += 1
+                if _check_blob(ref, row, sizes, report) and ref.checksum:
+                    pending.append((ref, f"{row.where()}, {ref.describe()}"))
+            else:
+                report.paths += 1
+                if sizes.size(ref.path) is None:
+                    report.fail(f"{row.where()}, {ref.describe()}: the file does not exist")
+    _check_digests(pending, output.storage_options, report)
+    expected = (output.summary or {}).get("rows_written")
+    if expected is not None and output.format != "lance" and report.rows != expected:
+        report.fail(f"the table has {report.rows} rows; the summary says {expected}")
+    return report

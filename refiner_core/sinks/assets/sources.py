@@ -1,0 +1,168 @@
+"""Where asset writers may read media from: ``allowed_sources`` and the refused pseudo-filesystems.
+
+A row names the file its asset is copied from, so a hostile or careless row could
+pull any file the worker can read into the dataset (``/proc/self/environ`` holds the
+worker's API keys). By default every source is allowed except local files under
+``/proc``, ``/sys`` and ``/dev`` (by path, or through symlinks by the device the file
+is on) and local paths that are not regular files. With ``allowed_sources``, a source
+must also lie under one of the listed URL prefixes or local folders, local paths
+resolved (symlinks included) first; a pseudo-filesystem stays refused unless a listed
+folder lies inside it.
+
+Example:
+    >>> policy = SourcePolicy(["s3://media/", "/data"])
+    >>> policy.check("s3://media/a.png")
+    >>> policy.check("s3://other/a.png")
+    Traceback (most recent call last):
+    ...
+    refiner_core.sinks.assets.sources.RefusedSource: source 's3://other/a.png' is outside allowed_sources ['s3://media/', '/data']; add its prefix or folder to allowed_sources to read it
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Sequence
+
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+class RefusedSource(PermissionError):
+    """An asset source that the config's ``allowed_sources`` (or the default) refuses."""
+
+
+def _under(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root if root == "/" else root + "/")
+
+
+def _is_url(value: str) -> bool:
+    return "://" in value and not value.startswith("file://")
+
+
+def _local(value: str) -> str:
+    return os.path.realpath(_strip_file(value))
+
+
+def check_allowed_sources(value: object) -> tuple[str, ...] | None:
+    """``allowed_sources`` as a tuple, or ``ValueError`` saying what a valid one is."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(
+            "allowed_sources must be a list of URL prefixes or local folders "
+            f"(e.g. ['s3://bucket/media/', '/data/media']), got {value!r}"
+        )
+    for entry in value:
+        if not isinstance(entry, str) or not entry:
+            raise ValueError(
+                f"allowed_sources entries must be non-empty strings, got {entry!r} in {value!r}"
+            )
+        if not _is_url(entry) and not os.path.isabs(_strip_file(entry)):
+            raise ValueError(
+                f"allowed_sources entry {entry!r} must be a URL prefix (s3://bucket/prefix) or an "
+                "absolute local folder"
+            )
+    return tuple(value)
+
+
+def _strip_file(value: str) -> str:
+    return value[7:] if value.startswith("file://") else value
+
+
+def _pseudo_devices() -> dict[int, str]:
+    """``st_dev`` of each pseudo-filesystem root, so a path that reaches one through a
+    symlink is recognised by one ``stat`` instead of resolving every path component."""
+    global _PSEUDO_DEVICES
+    if _PSEUDO_DEVICES is None:
+        found = {}
+        for root in PSEUDO_FILESYSTEMS:
+            try:
+                found.setdefault(os.stat(root).st_dev, root)
+            except OSError:
+                continue
+        _PSEUDO_DEVICES = found
+    return _PSEUDO_DEVICES
+
+
+_PSEUDO_DEVICES: dict[int, str] | None = None
+
+
+class SourcePolicy:
+    """Judges asset source URLs and paths; :meth:`check` raises :class:`RefusedSource`.
+
+    A local source must be a regular file (never a device, FIFO or folder) and must not
+    live on a pseudo-filesystem, by its path or, through symlinks, by the device its
+    file is on. With ``allowed`` folders, local paths are resolved and must lie in one.
+    """
+
+    def __init__(self, allowed: Sequence[str] | None = None) -> None:
+        self.allowed = tuple(allowed) if allowed is not None else None
+        self._urls = tuple(a for a in self.allowed or () if _is_url(a))
+        self._folders = tuple(_local(a) for a in self.allowed or () if not _is_url(a))
+
+    def check(self, value: str) -> str | None:
+        """Refuse ``value`` or return the local path to open (``None`` for a URL)."""
+        if _is_url(value):
+            self._check_url(value)
+            return None
+        return self.check_local(value)
+
+    def _check_url(self, url: str) -> None:
+        if self.allowed is None:
+            return
+        scheme, rest = url.split("://", 1)
+        normal = f"{scheme}://{posixpath.normpath(rest)}" if rest else url
+        for prefix in self._urls:
+            if prefix.endswith(("/", "://")):
+                ok = url.startswith(prefix) and normal.startswith(prefix.rstrip("/"))
+            else:
+                ok = _under(url, prefix) and _under(normal, prefix)
+            if ok:
+                return
+        raise RefusedSource(
+            f"source {url!r} is outside allowed_sources {list(self.allowed)}; add its prefix "
+            "or folder to allowed_sources to read it"
+        )
+
+    def _listed_inside(self, path: str, root: str) -> bool:
+        return any(_under(path, f) and _under(f, root) for f in self._folders)
+
+    def _refuse_pseudo(self, value: str, path: str, root: str) -> None:
+        real = os.path.realpath(path)
+        shown = repr(value) if real == value else f"{value!r} (resolved to {real!r})"
+        raise RefusedSource(
+            f"source {shown} is under {root}, a pseudo-filesystem whose files are never "
+            f"media; asset writers refuse it. List a folder under {root} in "
+            "allowed_sources if this is intended"
+        )
+
+    def check_local(self, value: str) -> str:
+        """Refuse the local source ``value`` or return its absolute path (resolved when
+        ``allowed`` lists folders, so the file opened is the file judged)."""
+        path = os.path.abspath(_strip_file(value))
+        if self.allowed is not None:
+            path = os.path.realpath(path)
+        root = next((p for p in PSEUDO_FILESYSTEMS if _under(path, p)), None)
+        if root is not None and not self._listed_inside(path, root):
+            self._refuse_pseudo(value, path, root)
+        if self.allowed is not None and not any(_under(path, f) for f in self._folders):
+            shown = repr(value) if path == value else f"{value!r} (resolved to {path!r})"
+            raise RefusedSource(
+                f"source {shown} is outside allowed_sources {list(self.allowed)}; add its "
+                "folder to allowed_sources to read it"
+            )
+        try:
+            info = os.stat(path)
+        except OSError:  # missing or unreadable: reported when it is opened
+            return path
+        root = _pseudo_devices().get(info.st_dev)
+        if root is not None and not self._listed_inside(os.path.realpath(path), root):
+            self._refuse_pseudo(value, path, root)
+        if not stat.S_ISREG(info.st_mode):
+            raise RefusedSource(
+                f"source {value!r} is not a regular file (a folder, device, FIFO or socket); "
+                "asset sources must be files"
+            )
+        return path

@@ -1,0 +1,276 @@
+"""``RefinerDatasetComponent``: a refiner dataset declared in YAML.
+
+One component defines a dataset asset (its pipeline run into versioned storage by a
+refiner IO manager), its finalization asset (write → audit → publish, with the
+``missing_assets`` and ``reference_integrity`` checks), the IO manager resource, and
+optionally a refresh schedule. In a ``dg`` project, ``dg scaffold defs
+refiner_dagster.RefinerDatasetComponent <folder>`` writes a ``defs.yaml`` like::
+
+    type: refiner_dagster.RefinerDatasetComponent
+    attributes:
+      key: robotics/episodes
+      pipeline: my_project.pipelines:episodes     # module:function returning mdr.Pipeline
+      packing: blobs                              # blobs (packed blocks) | files (one each)
+      target_bytes: 268435456
+      missing_policy: set_null
+      storage:
+        base_url: s3://bucket/datasets            # default: the instance's storage folder
+        s3: {endpoint_url: "{{ env.S3_ENDPOINT }}", region_name: eu-west-1}
+      partitions: {daily_start: "2024-01-01"}     # or {static: [left, right]}
+      automation: {eager: true, cron: "0 4 * * *"}
+      checks: {max_missing_fraction: 0.01}
+
+The pipeline function takes no argument, or ``partition_key`` on a partitioned
+dataset. Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
+the version its finalization published.
+
+Example:
+    >>> from refiner_dagster import RefinerDatasetComponent
+    >>> component = RefinerDatasetComponent(
+    ...     key="examples/numbers", pipeline="refiner_dagster.component:example_pipeline")
+    >>> component.io_manager_key
+    'refiner_examples__numbers'
+"""
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+import refiner_core as mdr
+
+from .finalization import build_finalization_asset, dataset_pool
+from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
+from .schedules import build_refresh_schedule
+
+__all__ = ["RefinerDatasetComponent", "example_pipeline"]
+
+
+def example_pipeline() -> mdr.Pipeline:
+    """Three rows; the pipeline a freshly scaffolded component points at until replaced."""
+    return mdr.from_items([{"item": i, "label": f"example {i}"} for i in range(3)])
+
+
+class S3Settings(dg.Model):
+    """The dagster-aws ``S3Resource`` fields a dataset on S3 needs (env vars via templates)."""
+
+    endpoint_url: str | None = Field(default=None, description="S3 endpoint (MinIO, moto...).")
+    region_name: str | None = Field(default=None, description="AWS region.")
+    aws_access_key_id: str | None = Field(default=None, description="Access key id.")
+    aws_secret_access_key: str | None = Field(default=None, description="Secret access key.")
+    profile_name: str | None = Field(default=None, description="AWS profile to use.")
+
+
+class StorageSettings(dg.Model):
+    """Where dataset versions land."""
+
+    base_url: str | None = Field(
+        default=None,
+        description="Folder or fsspec URL; default '<Dagster instance storage>/refiner'.",
+    )
+    s3: S3Settings | None = Field(default=None, description="S3 credentials and endpoint.")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="Extra fsspec options for base_url."
+    )
+
+
+class PartitionSettings(dg.Model):
+    """The dataset's partitions: daily from a date, or a fixed list."""
+
+    daily_start: str | None = Field(
+        default=None, description="Daily partitions from this date (YYYY-MM-DD)."
+    )
+    static: list[str] | None = Field(default=None, description="A fixed list of partition keys.")
+    timezone: str = Field(default="UTC", description="Timezone of daily partitions.")
+
+    def build(self) -> dg.PartitionsDefinition:
+        if (self.daily_start is None) == (self.static is None):
+            raise ValueError("partitions: set exactly one of daily_start or static")
+        if self.static is not None:
+            return dg.StaticPartitionsDefinition(list(self.static))
+        return dg.DailyPartitionsDefinition(start_date=self.daily_start, timezone=self.timezone)
+
+
+class AutomationSettings(dg.Model):
+    """When the dataset is refreshed and finalized."""
+
+    eager: bool = Field(
+        default=True,
+        description="Finalize after every write (AutomationCondition.eager on finalization).",
+    )
+    cron: str | None = Field(
+        default=None, description="Refresh the dataset and its finalization on this cron."
+    )
+    timezone: str = Field(default="UTC", description="Timezone of the cron.")
+
+
+class CheckSettings(dg.Model):
+    """The audits run before a version is published."""
+
+    enabled: bool = Field(default=True, description="Audit before publishing.")
+    max_missing_fraction: float | None = Field(
+        default=None,
+        description="Above this share of missing source assets, block publication (ERROR).",
+    )
+    sample_threshold: int = Field(
+        default=100_000, description="Above this many references the integrity scan samples."
+    )
+    sample_size: int = Field(default=10_000, description="References checked when sampling.")
+
+
+class RefinerDatasetScaffolder(dg.Scaffolder):
+    """``dg scaffold defs``: a ``defs.yaml`` keyed by the folder name, with the example
+    pipeline, so the new dataset loads and materializes before it is edited."""
+
+    def scaffold(self, request: dg.ScaffoldRequest) -> None:
+        dg.scaffold_component(
+            request,
+            {
+                "key": request.target_path.name,
+                "pipeline": "refiner_dagster.component:example_pipeline",
+                "packing": "blobs",
+                "missing_policy": "error",
+                "checks": {"max_missing_fraction": 0.01},
+            },
+        )
+
+
+@dg.scaffold_with(RefinerDatasetScaffolder)
+class RefinerDatasetComponent(dg.Component, dg.Model, dg.Resolvable):
+    """A refiner dataset: pipeline → versioned storage → audited, published version.
+
+    Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the
+    dataset asset, its finalization asset (with checks), the IO manager resource
+    ``refiner_<key>`` and, with ``automation.cron``, a refresh job and schedule.
+
+    Example:
+        >>> import dagster as dg
+        >>> from refiner_dagster import RefinerDatasetComponent
+        >>> component = RefinerDatasetComponent(
+        ...     key="examples/numbers", pipeline="refiner_dagster.component:example_pipeline",
+        ...     storage={"base_url": "/tmp/refiner-component-example"})
+        >>> defs = component.build_defs(None)
+        >>> sorted(a.key.to_user_string() for a in defs.resolve_all_asset_specs())
+        ['examples/numbers', 'examples/numbers_finalized']
+    """
+
+    key: str = Field(description="Asset key of the dataset, '/'-separated (robotics/episodes).")
+    pipeline: str = Field(description="'package.module:function' returning a lazy mdr.Pipeline.")
+    packing: Literal["blobs", "files"] = Field(
+        default="blobs",
+        description="'blobs' packs media into blocks; 'files' copies each asset to its own file.",
+    )
+    format: Literal["parquet", "jsonl", "lance"] = Field(
+        default="parquet", description="Table format of each version."
+    )
+    target_bytes: int = Field(default=1 << 30, description="Block size target (blobs).")
+    missing_policy: Literal["error", "set_null", "drop_row"] = Field(
+        default="error", description="What a missing source asset does."
+    )
+    num_workers: int | None = Field(
+        default=None, description="Write worker processes; default: the CPUs this process may use."
+    )
+    storage: StorageSettings = Field(default_factory=StorageSettings, description="Storage.")
+    partitions: PartitionSettings | None = Field(default=None, description="Partitions.")
+    automation: AutomationSettings = Field(
+        default_factory=AutomationSettings, description="Automation."
+    )
+    checks: CheckSettings = Field(default_factory=CheckSettings, description="Audits.")
+    group_name: str | None = Field(default=None, description="Asset group of both assets.")
+    description: str | None = Field(default=None, description="Description of the dataset.")
+
+    @property
+    def asset_key(self) -> dg.AssetKey:
+        return dg.AssetKey.from_user_string(self.key)
+
+    @property
+    def io_manager_key(self) -> str:
+        return "refiner_" + "__".join(self.asset_key.path)
+
+    def resolve_pipeline(self) -> Callable[..., mdr.Pipeline]:
+        """The pipeline function; a wrong reference fails when the definitions load."""
+        module_name, _, attr = self.pipeline.partition(":")
+        if not module_name or not attr:
+            raise ValueError(
+                f"dataset {self.key}: pipeline {self.pipeline!r} must be 'package.module:function'"
+            )
+        try:
+            function = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(
+                f"dataset {self.key}: pipeline {self.pipeline!r} cannot be imported ({exc})"
+            ) from exc
+        if not callable(function):
+            raise ValueError(f"dataset {self.key}: pipeline {self.pipeline!r} is not a function")
+        return function
+
+    def io_manager(self) -> RefinerBlobIOManager | RefinerFileIOManager:
+        storage = self.storage
+        s3 = None
+        if storage.s3 is not None:
+            from dagster_aws.s3 import S3Resource  # seconds to import: only for S3 storage
+
+            s3 = S3Resource(**storage.s3.model_dump(exclude_none=True))
+        kind = RefinerBlobIOManager if self.packing == "blobs" else RefinerFileIOManager
+        options: dict[str, Any] = {"format": self.format, "missing_policy": self.missing_policy}
+        if self.packing == "blobs":
+            options["target_bytes"] = self.target_bytes
+        return kind(
+            base_url=storage.base_url,
+            storage_options=dict(storage.storage_options),
+            s3=s3,
+            num_workers=self.num_workers,
+            **options,
+        )
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        function = self.resolve_pipeline()
+        takes_key = "partition_key" in inspect.signature(function).parameters
+        partitions_def = self.partitions.build() if self.partitions is not None else None
+        key = self.asset_key
+        metadata = {"refiner/format": self.format, "refiner/missing_policy": self.missing_policy}
+        if self.packing == "blobs":
+            metadata["refiner/target_bytes"] = self.target_bytes
+
+        @dg.asset(
+            key=key,
+            io_manager_key=self.io_manager_key,
+            metadata=metadata,
+            partitions_def=partitions_def,
+            group_name=self.group_name,
+            description=self.description or f"Refiner dataset from {self.pipeline}.",
+            kinds={"refiner", self.format},
+            pool=dataset_pool(key),
+        )
+        def _dataset(context: dg.AssetExecutionContext) -> mdr.Pipeline:
+            if takes_key:
+                return function(partition_key=context.partition_key)
+            return function()
+
+        finalized = build_finalization_asset(
+            _dataset,
+            checks=self.checks.enabled,
+            max_missing_fraction=self.checks.max_missing_fraction,
+            sample_threshold=self.checks.sample_threshold,
+            sample_size=self.checks.sample_size,
+            automation_condition=dg.AutomationCondition.eager() if self.automation.eager else None,
+        )
+        schedules = []
+        jobs = []
+        if self.automation.cron:
+            job = dg.define_asset_job(
+                f"{'__'.join(key.path)}_refresh", selection=[_dataset, finalized]
+            )
+            jobs.append(job)
+            schedules.append(
+                build_refresh_schedule(job, self.automation.cron, self.automation.timezone)
+            )
+        return dg.Definitions(
+            assets=[_dataset, finalized],
+            resources={self.io_manager_key: self.io_manager()},
+            jobs=jobs,
+            schedules=schedules,
+        )

@@ -1,0 +1,244 @@
+"""Write → audit → publish: a written version is reduced, checked, and only then published.
+
+A dataset asset's IO manager *writes* a version; :func:`finalize_version` then
+
+1. **reduces** it: the engine's finalization stages keep one attempt per shard, delete
+   rejected attempts' files and blocks, commit Lance fragments and write
+   ``_refiner/summary.json`` (:func:`reduce_version`);
+2. **audits** it when given an :class:`AuditPolicy`: the ``missing_assets`` and
+   ``reference_integrity`` checks run on the reduced, unpublished version
+   (:func:`audit_version`);
+3. **publishes** it only if no ERROR-severity check failed: the ``_current.json``
+   pointer is written last, then older versions are deleted, never one that a live
+   run is still writing (:func:`publish_version`).
+
+A failed audit raises :class:`AuditFailedError` naming the checks; readers keep the
+version they had.
+
+Example:
+    >>> from refiner_dagster.publish import AuditPolicy
+    >>> AuditPolicy(max_missing_fraction=0.01).max_missing_fraction
+    0.01
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+import refiner_core as mdr
+from refiner_core.manifests import DatasetSummary
+
+from .checks import (
+    DEFAULT_SAMPLE_SIZE,
+    DEFAULT_SAMPLE_THRESHOLD,
+    MISSING_ASSETS_CHECK,
+    REFERENCE_INTEGRITY_CHECK,
+    integrity_result,
+    missing_assets_result,
+    scan_references,
+)
+from .storage import DatasetVersion
+
+__all__ = [
+    "AuditFailedError",
+    "AuditPolicy",
+    "audit_version",
+    "error_failures",
+    "finalize_version",
+    "publish_version",
+    "reduce_version",
+    "run_liveness",
+]
+
+# Whether the Dagster run with this id is still going (True), or finished / unknown (False).
+RunLiveness = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    """The checks a version must pass before it is published.
+
+    ``max_missing_fraction``: above this share of missing source assets
+    (``missing_assets / (assets_written + missing_assets)``) the ``missing_assets``
+    check fails as an ERROR and blocks publication; at or below it (or when ``None``)
+    missing assets are a WARN. ``sample_threshold`` / ``sample_size`` / ``seed`` bound
+    the ``reference_integrity`` scan.
+
+    >>> AuditPolicy(max_missing_fraction=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_missing_fraction must be a number between 0 and 1, got 1.5
+    """
+
+    max_missing_fraction: float | None = None
+    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD
+    sample_size: int = DEFAULT_SAMPLE_SIZE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        fraction = self.max_missing_fraction
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0 <= fraction <= 1
+        ):
+            raise ValueError(
+                f"max_missing_fraction must be a number between 0 and 1, got {fraction!r}"
+            )
+        for name in ("sample_threshold", "sample_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class AuditFailedError(RuntimeError):
+    """A version was reduced but not published because ERROR-severity checks failed."""
+
+    def __init__(self, message: str, failed: list[str], results: list[dg.AssetCheckResult]):
+        super().__init__(message)
+        self.failed = failed
+        self.results = results
+
+
+def asset_config_from_record(record: dict[str, Any]) -> Any:
+    """Rebuild the ``assets=`` config a version was written with from its record."""
+    assets = dict(record.get("assets") or {})
+    mode = assets.pop("mode", None)
+    for config in (mdr.BlobAssetConfig, mdr.FileAssetConfig):
+        if mode == config.form:
+            return config(**assets)
+    return None
+
+
+def reduce_version(version: DatasetVersion) -> DatasetSummary:
+    """Run the reducer over ``version``'s persisted manifests; returns the summary it wrote.
+
+    Refuses a version with no completed write and one older than the published version.
+    """
+    run_id = version.engine_run_id
+    if not run_id:
+        raise RuntimeError(
+            f"{version.describe()} has no completed write (state {version.state!r}); "
+            "materialize the dataset asset again"
+        )
+    current = version.storage.current(version.asset_path, version.partition_key)
+    if (
+        current is not None
+        and current.name != version.name
+        and current.record.get("created_at", 0.0) > version.record.get("created_at", 0.0)
+    ):
+        raise RuntimeError(
+            f"{version.describe()} was superseded: the newer version {current.name} is already "
+            "published, so this one is not published. Materialize the dataset asset again to "
+            "replace it"
+        )
+    # Finalization reads only the persisted manifests: the writer's pipeline never runs.
+    sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
+    return sequence.finalize(run_id)
+
+
+def audit_version(
+    version: DatasetVersion, summary: dict[str, Any], policy: AuditPolicy
+) -> list[dg.AssetCheckResult]:
+    """The ``missing_assets`` and ``reference_integrity`` results of a reduced version."""
+    missing = missing_assets_result(summary, max_missing_fraction=policy.max_missing_fraction)
+    report = scan_references(
+        version,
+        sample_threshold=policy.sample_threshold,
+        sample_size=policy.sample_size,
+        seed=policy.seed,
+    )
+    integrity = integrity_result(report)
+    return [
+        _named(missing, MISSING_ASSETS_CHECK),
+        _named(integrity, REFERENCE_INTEGRITY_CHECK),
+    ]
+
+
+def _named(result: dg.AssetCheckResult, name: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=name,
+        passed=result.passed,
+        severity=result.severity,
+        metadata=result.metadata,
+        description=result.description,
+    )
+
+
+def error_failures(results: list[dg.AssetCheckResult]) -> list[str]:
+    """Names of the checks that failed with ERROR severity (these block publication)."""
+    return [
+        str(r.check_name)
+        for r in results
+        if not r.passed and r.severity == dg.AssetCheckSeverity.ERROR
+    ]
+
+
+def publish_version(
+    version: DatasetVersion, summary: DatasetSummary, *, is_live: RunLiveness | None = None
+) -> DatasetVersion:
+    """Move the pointer to ``version``, then delete older versions no live run is writing."""
+    return version.storage.publish(
+        version,
+        is_live=is_live,
+        rows_written=summary.rows_written,
+        files_written=summary.counters.get("files_written", 0),
+        first_file=summary.files[0] if summary.files else None,
+    )
+
+
+def finalize_version(
+    version: DatasetVersion,
+    *,
+    audit: AuditPolicy | None = None,
+    is_live: RunLiveness | None = None,
+) -> dict[str, Any]:
+    """Reduce ``version``, audit it (when ``audit`` is given) and publish it.
+
+    Idempotent: finalizing an already published version runs the reducer again
+    (nothing left to delete) and re-writes the same pointer. Returns the summary the
+    reducer wrote to ``<version>/_refiner/summary.json``. Raises
+    :class:`AuditFailedError` without publishing when an ERROR-severity check fails.
+    """
+    summary = reduce_version(version)
+    if audit is not None:
+        results = audit_version(version, summary, audit)
+        failed = error_failures(results)
+        if failed:
+            raise audit_failure(version, failed, results)
+    publish_version(version, summary, is_live=is_live)
+    return summary
+
+
+def audit_failure(
+    version: DatasetVersion, failed: list[str], results: list[dg.AssetCheckResult]
+) -> AuditFailedError:
+    """The error of a blocked publication: which checks failed, what readers still see."""
+    current = version.storage.current(version.asset_path, version.partition_key)
+    still = f"version {current.name}" if current is not None else "no version (none published yet)"
+    details = "; ".join(
+        f"{r.check_name}: {r.description or 'failed'}" for r in results if r.check_name in failed
+    )
+    return AuditFailedError(
+        f"{version.describe()} was not published: check(s) {', '.join(failed)} failed "
+        f"({details}). Readers still see {still}. Fix the data (or the check's threshold) and "
+        "materialize the dataset asset again",
+        failed,
+        results,
+    )
+
+
+def run_liveness(instance: dg.DagsterInstance | None) -> RunLiveness | None:
+    """``run id -> still running?`` from the Dagster instance (``None`` without one)."""
+    if instance is None:
+        return None
+
+    def is_live(run_id: str) -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is not None and not run.is_finished
+
+    return is_live

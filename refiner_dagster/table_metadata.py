@@ -1,0 +1,85 @@
+"""Dagster's standard table metadata for a published dataset version.
+
+Every finalization (and inline publication) records, besides the engine counters:
+
+``dagster/column_schema``        the written Arrow schema; asset columns are typed as what
+                                 they hold (``image blob reference``, ``list<video path>``)
+                                 and tagged ``refiner/asset``
+``dagster/table_name``           the stable dataset address: the dataset's folder under the
+                                 IO manager's base URL, the same for every version
+``dagster/row_count``            rows of an unpartitioned dataset
+``dagster/partition_row_count``  rows of the partition, on partitioned datasets
+``dagster/uri``                  the published version folder
+
+Example:
+    >>> import pyarrow as pa, refiner_core as mdr
+    >>> from refiner_dagster.table_metadata import column_schema
+    >>> schema = pa.schema([pa.field("episode", pa.int64()),
+    ...                     mdr.datatype.to_field("image", mdr.datatype.blob_reference("image"))])
+    >>> [(c.name, c.type) for c in column_schema(schema).columns]
+    [('episode', 'int64'), ('image', 'image blob reference')]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+import refiner_core as mdr
+
+from .storage import DatasetVersion
+from .tables import version_schema
+
+__all__ = ["column_schema", "dataset_table_name", "table_metadata"]
+
+_FORM_NAMES = {"blob": "blob reference", "path": "path", "bytes": "bytes"}
+
+
+def _column(field: pa.Field) -> dg.TableColumn:
+    info = mdr.datatype.asset_of(field)
+    nullable = "" if field.nullable else " (not null)"
+    if info is None:
+        return dg.TableColumn(field.name, str(field.type), description=nullable.strip() or None)
+    shown = f"{info.kind} {_FORM_NAMES.get(info.form, info.form)}"
+    if info.is_list:
+        shown = f"list<{shown}>"
+    what = {
+        "blob": "references {path, offset, size} into packed blocks",
+        "path": "paths of copied files",
+        "bytes": "inline bytes",
+    }.get(info.form, info.form)
+    return dg.TableColumn(
+        field.name,
+        shown,
+        description=f"{info.kind} asset column: {what}; Arrow type {field.type}{nullable}",
+        tags={"refiner/asset": info.kind, "refiner/asset_form": info.form},
+    )
+
+
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    """A ``TableSchema`` of an Arrow schema, asset columns typed by what they hold."""
+    return dg.TableSchema(columns=[_column(f) for f in schema])
+
+
+def dataset_table_name(version: DatasetVersion) -> str:
+    """The dataset's address that stays the same across versions and partitions."""
+    return version.storage.partition_folder(version.asset_path, None).url
+
+
+def table_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str, Any]:
+    """The standard ``dagster/*`` table metadata of a published (or pending) version."""
+    rows = int(summary.get("rows_written", 0) or 0)
+    metadata: dict[str, Any] = {
+        "dagster/table_name": dg.MetadataValue.text(dataset_table_name(version)),
+        "dagster/uri": dg.MetadataValue.path(version.url),
+    }
+    if version.partition_key is None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
+    else:
+        metadata["dagster/partition_row_count"] = dg.MetadataValue.int(rows)
+    schema = version_schema(version)
+    if schema is not None:
+        metadata["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(schema))
+    return metadata
