@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import refiner_core as mdr
@@ -362,3 +364,22 @@ def test_io_manager_retry_resumes_its_shards(dagster_instance, fanout_env, monke
     version = published("frames_io")
     assert rows_of(version) == expected_rows()
     assert version.summary().shards == 6
+
+
+def test_plan_of_10000_shards_yields_at_most_max_tasks_write_steps(dagster_instance, tmp_path):
+    index = tmp_path / "index.parquet"
+    pq.write_table(pa.table({"i": list(range(20_000))}), index, row_group_size=20_000)
+
+    def many(context) -> mdr.Pipeline:
+        return mdr.read_parquet(str(index), num_shards=mdr.MAX_SHARDS)
+
+    asset = rd.build_dataset_asset(many, name="many")
+    plan_op = asset.node_def.node_dict["many_plan"].definition
+    resources = {"refiner": rd.RefinerBlobIOManager(base_url=str(tmp_path / "out"))}
+    with dg.build_op_context(resources=resources, instance=dagster_instance) as context:
+        plan, *tasks = list(plan_op(context, rd.FanoutConfig()))
+    assert plan.value.shards == 10_000 and plan.value.tasks == 64 == len(tasks)
+    shard_ids = [s.id for t in tasks for s in t.value.shards]
+    assert len(shard_ids) == len(set(shard_ids)) == 10_000
+    sizes = {len(t.value.shards) for t in tasks}
+    assert max(sizes) - min(sizes) <= 1  # shards spread evenly over the write steps
