@@ -61,6 +61,7 @@ class PartWindow:
         """Start sending part ``number``; block while ``size`` parts are in flight.
 
         Raises the error of a part that failed since the last call, without sending."""
+        self._check_off_loop()
         self._collect(wait=None)
         while self._full():
             self._collect(wait=concurrent.futures.FIRST_COMPLETED)
@@ -69,18 +70,32 @@ class PartWindow:
 
     def finish(self) -> list[Any]:
         """Wait for every part; their results in part-number order, or the first error."""
+        self._check_off_loop()
         while self._in_flight:
             self._collect(wait=concurrent.futures.FIRST_EXCEPTION)
         return [self._results[number] for number in sorted(self._results)]
 
     def drain(self) -> None:
         """Wait until no part is in flight, discarding their results and errors."""
+        self._check_off_loop()
         futures = list(self._in_flight.values())
         concurrent.futures.wait(futures)
         self._in_flight.clear()
         for future in futures:
             if not future.cancelled():
                 future.exception()  # retrieved, so asyncio does not log it as lost
+
+    def _check_off_loop(self) -> None:
+        # waiting for the loop from its own thread would never return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if running is self._loop:
+            raise RuntimeError(
+                "a PartWindow waits for its event loop, so it cannot be used from a coroutine "
+                "running on that loop; write the file from another thread"
+            )
 
     def _full(self) -> bool:
         return len(self._in_flight) >= self.size

@@ -123,7 +123,7 @@ def test_four_parts_are_in_flight_and_never_more(s3_bucket, s3_proxy) -> None:
 
 
 def test_a_slow_part_holds_one_slot_while_the_writer_goes_on(s3_bucket, s3_proxy) -> None:
-    slow = s3_proxy.inject("UploadPart", "delay", part_number=1, times=1, delay_s=2.5)
+    slow = s3_proxy.inject("UploadPart", "delay", part_number=1, times=1, delay_s=4.0)
     fs = filesystem(s3_proxy.storage_options())
     data = payload(10 * PART + 5)
     with fs.open(f"{s3_bucket}/slow-first.bin", "wb") as f:
