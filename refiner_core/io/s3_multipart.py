@@ -1,20 +1,23 @@
 """Concurrent, abort-safe multipart uploads for s3fs writes.
 
 :func:`install` makes ``S3FileSystem.open(path, "wb")`` return a subclass of s3fs's
-``S3File`` that buffers up to :data:`BATCH_PARTS` parts of the s3fs block size and
-uploads each batch concurrently, then completes the parts in part-number order.
-Files closed before reaching one part stay a single PutObject, as in stock s3fs.
-Any failure, including an exception escaping ``with fs.open(path, "wb")``, aborts
-the multipart upload, so no object and no open upload remain at the key.
+``S3File`` that sends each part of the s3fs block size as soon as it is full, with
+up to :data:`WINDOW_PARTS` parts in flight (a sliding window: a finished part frees
+its slot at once, and the writer keeps filling the next part meanwhile). Closing the
+file waits for the parts and completes them in part-number order. Files closed
+before reaching one part stay a single PutObject, as in stock s3fs. Any failure,
+including an exception escaping ``with fs.open(path, "wb")``, stops sending, waits
+for the parts in flight and aborts the multipart upload, so no object and no open
+upload remain at the key.
 
 Creating, completing and aborting uploads, credentials, endpoints, retries
-(``fs.retries``) and the directory cache are s3fs's own; only part batching and the
-failure path differ. Reads and every other fsspec backend are unchanged.
+(``fs.retries``), the event loop and the directory cache are s3fs's own; only the
+part window and the failure path differ. Reads and every other fsspec backend are
+unchanged.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import math
@@ -26,12 +29,12 @@ from typing import IO, Any
 import s3fs
 import s3fs.core
 from fsspec import AbstractFileSystem
-from fsspec.asyn import sync
 from fsspec.implementations.chained import ChainedFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from .log_redaction import install_log_redaction
+from .part_window import PartWindow
 from .s3_errors import with_s3_context
 from .upstream import check_hooks
 
@@ -52,8 +55,8 @@ MAX_OBJECT_SIZE = 5 * 2**40
 """S3's largest object: 5 TiB."""
 MAX_PARTS = 10_000
 """S3's largest part count for one multipart upload."""
-BATCH_PARTS = 4
-"""Parts buffered and then uploaded concurrently; peak memory is about this many parts."""
+WINDOW_PARTS = 4
+"""Parts in flight at once; peak memory is about this many parts plus the one being filled."""
 
 _STOCK_S3FILE: type[s3fs.core.S3File] = getattr(
     s3fs.core.S3File, "_refiner_stock_class", s3fs.core.S3File
@@ -87,21 +90,30 @@ def _rewind_part_body(params: dict[str, Any], **_: Any) -> None:
 
 
 class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
-    """s3fs ``S3File`` that uploads parts in concurrent batches and aborts on any failure.
+    """s3fs ``S3File`` that uploads parts through a sliding window and aborts on any failure.
 
     Obtained through ``fs.open(path, "wb")`` once :func:`install` ran; data lands at
-    ``s3://<bucket>/<key>`` only when the file closes without an error.
+    ``s3://<bucket>/<key>`` only when the file closes without an error. Example
+    (against any S3 endpoint; ``fs`` is an ``s3fs.S3FileSystem``)::
+
+        install()
+        with fs.open("bucket/videos/block-0.bin", "wb", block_size=8 * 2**20) as f:
+            for chunk in chunks:
+                f.write(chunk)  # returns while fewer than 4 parts are in flight
+        # s3://bucket/videos/block-0.bin now holds every chunk, or nothing on error
     """
 
     _refiner_stock_class = _STOCK_S3FILE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._ready: list[_PartBuffer] = []  # full parts waiting for the next batch
+        self._window: PartWindow | None = None  # created with the multipart upload
+        self._next_part = 1
         self._operation = "write"  # the S3 call under way, named by errors
         super().__init__(*args, **kwargs)
 
     def write(self, data: Any) -> int:
-        """Buffer ``data``; every :data:`BATCH_PARTS` full parts are uploaded together."""
+        """Buffer ``data``; each full part is sent at once, blocking only while
+        :data:`WINDOW_PARTS` parts are in flight."""
         if not self.writable():
             raise ValueError("File not in write mode")
         if self.forced:
@@ -119,46 +131,35 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
                 self.loc += take
                 self._check_part_count()
                 if self.buffer.tell() >= self.blocksize:
-                    self._seal_part()
-                    if len(self._ready) >= BATCH_PARTS:
-                        self.flush()
+                    self._send_buffer()
         except BaseException as exc:
-            self._fail(exc)
-            raise
+            self._raise_failed(exc)
         return len(view)
 
     def flush(self, force: bool = False) -> None:
-        """Upload a batch once :data:`BATCH_PARTS` parts are ready, or everything on close."""
+        """Parts are sent as they fill; ``force`` (on close) sends the rest and commits."""
         if self.closed:
             raise ValueError("Flush on closed file")
         if force and self.forced:
             raise ValueError("Force flush cannot be called more than once")
         if force:
             self.forced = True
-        if self.readable() or (not force and len(self._ready) < BATCH_PARTS):
+        if self.readable() or not force:
             return
         try:
-            if self.offset is None:
-                self.offset = 0
-                self._operation = "CreateMultipartUpload"
-                self._initiate_upload()
-            self._upload_chunk(final=force)
+            self._upload_chunk(final=True)
         except BaseException as exc:
-            error = self._in_context(exc)
-            self._fail(error)
-            if error is exc:
-                raise
-            raise error from exc
+            self._raise_failed(exc)
 
     def _upload_chunk(self, final: bool = False) -> bool:
         one_shot_put = (
             self.autocommit and not self.append_block and final and self.tell() < self.blocksize
         )
         if not one_shot_put:
-            if final and self.buffer.tell():
-                self._seal_part()
-            batch, self._ready = self._ready, []
-            self._upload_batch(batch)
+            if self.buffer.tell() or self._window is None:
+                self._send_buffer()
+            self._operation = "UploadPart"
+            self.parts.extend(self._window.finish())
         if self.autocommit and final:
             self.commit()
         return False
@@ -168,17 +169,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         try:
             super().commit()
         except BaseException as exc:
-            error = self._in_context(exc)
-            self._fail(error)
-            if error is exc:
-                raise
-            raise error from exc
-
-    def _in_context(self, exc: BaseException) -> BaseException:
-        """``exc`` naming the S3 operation that failed, the object and the attempts made."""
-        return with_s3_context(
-            exc, operation=self._operation, url=f"s3://{self.path}", retries=self.fs.retries
-        )
+            self._raise_failed(exc)
 
     def discard(self) -> None:
         self._fail(None)
@@ -189,12 +180,47 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
             return
         self.close()
 
-    def _seal_part(self) -> None:
-        self._ready.append(self.buffer)
-        self.buffer = _PartBuffer()
+    def _send_buffer(self) -> None:
+        """Start uploading the buffer as the next part (creating the upload first)."""
+        if self._window is None:
+            self.offset = 0
+            self._operation = "CreateMultipartUpload"
+            self._initiate_upload()
+            self._window = PartWindow(self.fs.loop, self._send_part, size=WINDOW_PARTS)
+            self._next_part = len(self.parts) + 1  # after a copied part in append mode
+        part, self.buffer = self.buffer, _PartBuffer()
+        size = part.tell()
+        if not size:
+            return
+        part.seek(0)
+        self._operation = "UploadPart"
+        self._window.submit(self._next_part, part)
+        self._next_part += 1
+        self.offset += size
+
+    async def _send_part(self, number: int, part: _PartBuffer) -> dict[str, Any]:
+        await self.fs.set_session()
+        client = await self.fs.get_s3(self.bucket)
+        client.meta.events.register(
+            "before-parameter-build.s3.UploadPart", _rewind_part_body, unique_id=_REWIND_HOOK_ID
+        )
+        out = await self.fs._call_s3(
+            "upload_part",
+            self.s3_additional_kwargs,
+            self._request_payer_kw,
+            Bucket=self.bucket,
+            Key=self.key,
+            PartNumber=number,
+            UploadId=self.mpu["UploadId"],
+            Body=part,
+        )
+        header = {"PartNumber": number, "ETag": out["ETag"]}
+        if "ChecksumSHA256" in out:
+            header["ChecksumSHA256"] = out["ChecksumSHA256"]
+        return header
 
     def _check_part_count(self) -> None:
-        parts = len(self.parts or []) + len(self._ready) + (1 if self.buffer.tell() else 0)
+        parts = self._next_part - 1 + (1 if self.buffer.tell() else 0)
         if parts > MAX_PARTS:
             limit = MAX_PARTS * self.blocksize
             raise ValueError(
@@ -204,58 +230,36 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
                 "or open the file with a larger block_size."
             )
 
-    def _upload_batch(self, batch: list[_PartBuffer]) -> None:
-        sizes = [part.seek(0, io.SEEK_END) for part in batch]
-        batch = [part for part, size in zip(batch, sizes, strict=True) if size]
-        if not batch:
-            return
-        for part in batch:
-            part.seek(0)
-        first = len(self.parts) + 1
-        outs = sync(self.fs.loop, self._send_parts, first, batch)
-        batch.clear()
-        for number, out in enumerate(outs, start=first):
-            header = {"PartNumber": number, "ETag": out["ETag"]}
-            if "ChecksumSHA256" in out:
-                header["ChecksumSHA256"] = out["ChecksumSHA256"]
-            self.parts.append(header)
-        self.offset += sum(sizes)
+    def _raise_failed(self, exc: BaseException) -> None:
+        """Abort because of ``exc`` and raise it, naming the operation and the object."""
+        error = self._in_context(exc)
+        self._fail(error)
+        if error is exc:
+            raise exc
+        raise error from exc
 
-    async def _send_parts(self, first: int, batch: list[_PartBuffer]) -> list[dict[str, Any]]:
-        await self.fs.set_session()
-        client = await self.fs.get_s3(self.bucket)
-        client.meta.events.register(
-            "before-parameter-build.s3.UploadPart", _rewind_part_body, unique_id=_REWIND_HOOK_ID
+    def _in_context(self, exc: BaseException) -> BaseException:
+        """``exc`` naming the S3 operation that failed, the object and the attempts made."""
+        operation = self._operation
+        if self._window is not None and self._window.failed_part is not None:
+            operation = f"UploadPart {self._window.failed_part}"
+        return with_s3_context(
+            exc, operation=operation, url=f"s3://{self.path}", retries=self.fs.retries
         )
-        calls = [
-            self.fs._call_s3(
-                "upload_part",
-                self.s3_additional_kwargs,
-                self._request_payer_kw,
-                Bucket=self.bucket,
-                Key=self.key,
-                PartNumber=number,
-                UploadId=self.mpu["UploadId"],
-                Body=part,
-            )
-            for number, part in enumerate(batch, start=first)
-        ]
-        # Wait for every part before raising, so no part lands after the abort.
-        outs = await asyncio.gather(*calls, return_exceptions=True)
-        for number, out in enumerate(outs, start=first):
-            if isinstance(out, BaseException):
-                self._operation = f"UploadPart {number}"
-                raise out
-        return outs
 
     def _fail(self, exc: BaseException | None) -> None:
-        """Abort the multipart upload and drop buffered data; the file becomes unusable.
+        """Stop sending, wait for the parts in flight, abort the multipart upload and
+        drop buffered data; the file becomes unusable.
 
         An abort that fails too is remembered for :func:`take_failed_aborts`, so the
         writer's finalization can retry it."""
         upload_id = (self.mpu or {}).get("UploadId")
         try:
-            self._abort_mpu()
+            try:
+                if self._window is not None:
+                    self._window.drain()  # so no part lands after the abort
+            finally:
+                self._abort_mpu()
         except Exception as abort_exc:
             if upload_id is not None:
                 with _failed_aborts_lock:
@@ -274,7 +278,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
             logger.warning(message)
         finally:
             self.mpu = None
-            self._ready = []
+            self._window = None
             self.buffer = None
             self.closed = True
 

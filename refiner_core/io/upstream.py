@@ -8,7 +8,8 @@ places, where the documented behaviour cannot be had otherwise:
   ``S3FileSystem._open`` looks the class up there and s3fs offers no hook for it.
   The subclass overrides the buffered-file protocol (``_initiate_upload``,
   ``_upload_chunk``, ``commit``, ``discard``) and uses ``_abort_mpu`` and the
-  filesystem's ``_call_s3`` coroutine, so that parts go through s3fs's own retries.
+  filesystem's ``_call_s3`` coroutine, so that parts go through s3fs's own retries;
+  each part's call runs on the filesystem's own event loop (its public ``loop``).
 - **Forked workers** (:mod:`refiner_core.io.datafile`) keep fsspec's event loop
   (``fsspec.asyn.loop``/``iothread``) and its cached filesystem instances (the
   ``_cache`` dict that fsspec's ``_Cached`` metaclass puts on every filesystem class)
@@ -129,7 +130,7 @@ HOOKS: tuple[Hook, ...] = (
     ),
     Hook(
         "s3fs.core.S3File._initiate_upload",
-        "io.s3_multipart.BatchedS3File.flush",
+        "io.s3_multipart.BatchedS3File._send_buffer",
         _method(_s3file, "_initiate_upload", "self"),
     ),
     Hook(
@@ -154,12 +155,12 @@ HOOKS: tuple[Hook, ...] = (
     ),
     Hook(
         "s3fs.S3FileSystem._call_s3",
-        "io.s3_multipart.BatchedS3File._send_parts",
+        "io.s3_multipart.BatchedS3File._send_part",
         _method(_filesystem, "_call_s3", "method", coroutine=True),
     ),
     Hook(
         "s3fs.S3FileSystem.set_session / get_s3",
-        "io.s3_multipart.BatchedS3File._send_parts",
+        "io.s3_multipart.BatchedS3File._send_part",
         lambda: (
             _method(_filesystem, "set_session", coroutine=True)()
             or _method(_filesystem, "get_s3", "bucket", coroutine=True)()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 from xml.etree import ElementTree
@@ -85,22 +86,104 @@ def test_multipart_round_trip_is_byte_identical(s3_server, s3_bucket, s3_proxy) 
     assert s3_server.open_uploads(s3_bucket) == []
 
 
-def test_parts_upload_concurrently_in_batches_of_four(s3_bucket, s3_proxy) -> None:
+def count_parts_in_flight(fs: s3fs.S3FileSystem, bucket: str) -> dict[str, int]:
+    """Count the UploadPart calls in flight as the client sees them (botocore events on
+    the event loop's thread): ``now`` and the ``peak``."""
+    fs.ls(bucket)  # starts the session and its client
+    counts = {"now": 0, "peak": 0}
+
+    def started(**_: Any) -> None:
+        counts["now"] += 1
+        counts["peak"] = max(counts["peak"], counts["now"])
+
+    def ended(**_: Any) -> None:
+        counts["now"] -= 1
+
+    events = fs.s3.meta.events
+    events.register("before-call.s3.UploadPart", started)
+    events.register("after-call.s3.UploadPart", ended)
+    events.register("after-call-error.s3.UploadPart", ended)
+    return counts
+
+
+def test_four_parts_are_in_flight_and_never_more(s3_bucket, s3_proxy) -> None:
     s3_proxy.latency_s = 0.1
     fs = filesystem(s3_proxy.storage_options())
-    data = payload(6 * PART)
-    with fs.open(f"{s3_bucket}/six-parts.bin", "wb") as f:
-        f.write(data)
+    counts = count_parts_in_flight(fs, s3_bucket)
+    data = payload(12 * PART + 3)
+    with fs.open(f"{s3_bucket}/twelve-parts.bin", "wb") as f:
+        write_in_pieces(f, data)
 
     parts = s3_proxy.records("UploadPart")
-    assert sorted(r.part_number for r in parts) == [1, 2, 3, 4, 5, 6]
-    assert 2 <= max_in_flight(parts, "UploadPart") <= 4
-    first, second = (
-        [r for r in parts if r.part_number <= 4],
-        [r for r in parts if r.part_number > 4],
-    )
-    assert max(r.end for r in first) <= min(r.start for r in second)
-    assert fs.cat(f"{s3_bucket}/six-parts.bin") == data
+    assert sorted(r.part_number for r in parts) == list(range(1, 14))
+    assert counts["peak"] == s3mp.WINDOW_PARTS == 4  # as the client counts them
+    assert max_in_flight(parts, "UploadPart") == 4  # as the server saw them
+    assert counts["now"] == 0
+    assert fs.cat(f"{s3_bucket}/twelve-parts.bin") == data
+
+
+def test_a_slow_part_holds_one_slot_while_the_writer_goes_on(s3_bucket, s3_proxy) -> None:
+    slow = s3_proxy.inject("UploadPart", "delay", part_number=1, times=1, delay_s=4.0)
+    fs = filesystem(s3_proxy.storage_options())
+    data = payload(10 * PART + 5)
+    with fs.open(f"{s3_bucket}/slow-first.bin", "wb") as f:
+        write_in_pieces(f, data)
+        written = time.monotonic()  # every part but the last sealed and sent
+
+    assert slow.hits == 1
+    parts = {r.part_number: r for r in s3_proxy.records("UploadPart")}
+    assert sorted(parts) == list(range(1, 12))
+    # In batches of four, part 5 would have waited for part 1; here parts 2-10 all went
+    # through the three free slots and the writer finished while part 1 was in flight.
+    assert max(parts[n].end for n in range(2, 11)) < parts[1].end
+    assert written < parts[1].end
+    assert max_in_flight(list(parts.values()), "UploadPart") == 4
+    (complete,) = s3_proxy.records("CompleteMultipartUpload")
+    assert complete.start >= parts[1].end
+    assert completed_part_numbers(complete.body) == list(range(1, 12))
+    assert fs.cat(f"{s3_bucket}/slow-first.bin") == data
+
+
+def test_the_writer_waits_only_when_four_parts_are_in_flight(s3_bucket, s3_proxy) -> None:
+    s3_proxy.inject("UploadPart", "delay", times=4, delay_s=1.5)  # parts 1-4 are slow
+    fs = filesystem(s3_proxy.storage_options())
+    data = payload(6 * PART)
+    with fs.open(f"{s3_bucket}/bounded.bin", "wb") as f:
+        began = time.monotonic()
+        write_in_pieces(f, data[: 4 * PART])  # four parts sealed, all in flight
+        four_sent = time.monotonic()
+        write_in_pieces(f, data[4 * PART : 5 * PART])  # the fifth waits for a slot
+        fifth_sent = time.monotonic()
+        write_in_pieces(f, data[5 * PART :])
+
+    parts = {r.part_number: r for r in s3_proxy.records("UploadPart")}
+    first_done = min(parts[n].end for n in range(1, 5))
+    assert four_sent - began < 1.0  # no waiting while slots were free
+    assert fifth_sent >= first_done  # memory stays at four parts in flight plus one
+    assert parts[5].start >= first_done
+    assert fs.cat(f"{s3_bucket}/bounded.bin") == data
+
+
+@pytest.mark.parametrize(
+    "size",
+    [PART - 1, PART, PART + 1, 4 * PART + 1, 5 * PART + 2**20 + 7, 9 * PART - 13],
+)
+def test_bytes_round_trip_whatever_the_size(s3_server, s3_bucket, s3_proxy, size) -> None:
+    fs = filesystem(s3_proxy.storage_options())
+    data = payload(size, seed=size)
+    with fs.open(f"{s3_bucket}/sized.bin", "wb") as f:
+        write_in_pieces(f, data, piece=777_777)
+
+    assert fs.cat(f"{s3_bucket}/sized.bin") == data
+    parts = math.ceil(size / PART)
+    sizes = {r.part_number: r.request_bytes for r in s3_proxy.records("UploadPart")}
+    if size < PART:  # one PutObject, as in stock s3fs
+        assert sizes == {} and len(s3_proxy.records("PutObject")) == 1
+    else:
+        assert sizes == {n: min(PART, size - (n - 1) * PART) for n in range(1, parts + 1)}
+        (complete,) = s3_proxy.records("CompleteMultipartUpload")
+        assert completed_part_numbers(complete.body) == list(range(1, parts + 1))
+    assert s3_server.open_uploads(s3_bucket) == []
 
 
 def test_small_file_is_one_put(s3_bucket, s3_proxy) -> None:
@@ -117,13 +200,45 @@ def test_small_file_is_one_put(s3_bucket, s3_proxy) -> None:
 def test_failed_upload_part_aborts(s3_server, s3_bucket, s3_proxy) -> None:
     s3_proxy.fail_upload_part = 2
     fs = filesystem(s3_proxy.storage_options(**FAST_FAIL))
-    with pytest.raises(OSError), fs.open(f"{s3_bucket}/broken.bin", "wb") as f:
+    with (
+        pytest.raises(OSError, match=rf"UploadPart 2 of s3://{s3_bucket}/broken\.bin failed"),
+        fs.open(f"{s3_bucket}/broken.bin", "wb") as f,
+    ):
         f.write(payload(9 * PART))
 
-    # The failing batch (parts 1-4) is waited for in full; part 2 fails on its retry too.
+    # Part 2 fails on its retry too; every other part sent was waited for before the abort.
     attempts = [(r.part_number, r.status) for r in s3_proxy.records("UploadPart")]
-    assert sorted(attempts) == [(1, 200), (2, 500), (2, 500), (3, 200), (4, 200)]
-    assert len(s3_proxy.records("AbortMultipartUpload")) == 1
+    assert [a for a in attempts if a[0] == 2] == [(2, 500), (2, 500)]
+    assert all(status == 200 for number, status in attempts if number != 2)
+    (abort,) = s3_proxy.records("AbortMultipartUpload")
+    assert abort.start >= max(r.end for r in s3_proxy.records("UploadPart"))
+    assert s3_proxy.records("CompleteMultipartUpload") == []
+    assert_nothing_left(s3_server, s3_bucket)
+
+
+def test_a_part_failing_mid_upload_stops_the_writer_and_aborts(
+    s3_server, s3_bucket, s3_proxy
+) -> None:
+    s3_proxy.latency_s = 0.05
+    s3_proxy.inject("UploadPart", "fail", part_number=6)
+    fs = filesystem(s3_proxy.storage_options(config_kwargs={"retries": {"total_max_attempts": 1}}))
+    data = payload(20 * PART)
+    written = 0
+    with (
+        pytest.raises(OSError, match=rf"S3 UploadPart 6 of s3://{s3_bucket}/mid\.bin failed"),
+        fs.open(f"{s3_bucket}/mid.bin", "wb") as f,
+    ):
+        for start in range(0, len(data), PART // 2):
+            f.write(data[start : start + PART // 2])
+            written += PART // 2
+
+    # The failure reached the writer in write(), long before its last byte: at most
+    # the parts already in flight beside part 6 and one window more were sent.
+    assert written < len(data) - 2 * PART
+    sent = {r.part_number for r in s3_proxy.records("UploadPart")}
+    assert set(range(1, 7)) <= sent <= set(range(1, 6 + 2 * s3mp.WINDOW_PARTS))
+    (abort,) = s3_proxy.records("AbortMultipartUpload")
+    assert abort.start >= max(r.end for r in s3_proxy.records("UploadPart"))
     assert s3_proxy.records("CompleteMultipartUpload") == []
     assert_nothing_left(s3_server, s3_bucket)
 
@@ -166,7 +281,7 @@ def test_user_exception_inside_with_leaves_nothing(s3_server, s3_bucket, s3_prox
 
     kinds = [r.kind for r in s3_proxy.records()]
     assert not {"PutObject", "CompleteMultipartUpload"} & set(kinds)
-    if size > PART:  # a batch of four parts was already on S3 when the error came
+    if size > PART:  # four parts were in flight when the error came: awaited, then aborted
         assert kinds.count("UploadPart") == 4
         assert kinds.count("AbortMultipartUpload") == 1
     assert_nothing_left(s3_server, s3_bucket)
@@ -240,7 +355,7 @@ def test_no_hint_past_max_parts_fails_and_aborts(
     s3_server, s3_bucket, s3_proxy, monkeypatch
 ) -> None:
     monkeypatch.setattr(s3mp, "MAX_PARTS", 3)
-    monkeypatch.setattr(s3mp, "BATCH_PARTS", 2)
+    monkeypatch.setattr(s3mp, "WINDOW_PARTS", 2)
     fs = filesystem(s3_proxy.storage_options())
     with fs.open(f"{s3_bucket}/exact.bin", "wb") as f:
         f.write(payload(3 * PART))  # exactly MAX_PARTS parts is fine
@@ -254,7 +369,8 @@ def test_no_hint_past_max_parts_fails_and_aborts(
     ):
         f.write(payload(3 * PART + 1))
 
-    assert sorted(r.part_number for r in s3_proxy.records("UploadPart")) == [1, 2]
+    # parts 1-3 were full and sent before the byte that needs a fourth part
+    assert sorted(r.part_number for r in s3_proxy.records("UploadPart")) == [1, 2, 3]
     assert len(s3_proxy.records("AbortMultipartUpload")) == 1
     assert_nothing_left(s3_server, s3_bucket)
 
