@@ -111,6 +111,23 @@ def _one_of(value: Any, choices: tuple[str, ...], key: str, where: str, field: s
     return value
 
 
+# Settings whose values the asset config classes check themselves.
+_CONFIG_CHECKED: dict[str, type] = {
+    "dedupe": mdr.BlobAssetConfig,
+    "checksum": mdr.BlobAssetConfig,
+    "subdir": mdr.FileAssetConfig,
+}
+
+
+def _accepted_by(config: type, value: Any, key: str, where: str) -> Any:
+    """``value`` when ``config(key=value)`` accepts it; its error, naming the key, when not."""
+    try:
+        config(**{key: value})
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{_where_key(where, key)}={value!r} is invalid: {exc}") from exc
+    return value
+
+
 def _check_value(name: str, value: Any, where: str) -> Any:
     if name == "format":
         return _one_of(value, FORMATS, name, where, "format")
@@ -125,24 +142,8 @@ def _check_value(name: str, value: Any, where: str) -> Any:
                 "(a string such as 'false' is not accepted)"
             )
         return value
-    if name == "dedupe":
-        try:
-            mdr.BlobAssetConfig(dedupe=value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
-        return value
-    if name == "checksum":
-        try:
-            mdr.BlobAssetConfig(checksum=value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
-        return value
-    if name == "subdir":
-        try:
-            mdr.FileAssetConfig(subdir=value)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{_where_key(where, name)}={value!r} is invalid: {exc}") from exc
-        return value
+    if name in _CONFIG_CHECKED:
+        return _accepted_by(_CONFIG_CHECKED[name], value, name, where)
     raise AssertionError(name)
 
 

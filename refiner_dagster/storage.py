@@ -319,7 +319,8 @@ class DatasetStorage:
         Dagster run writing it has finished (it crashed or was cancelled); without
         ``is_live`` such versions are kept, since another run may still be writing them.
         A ``written`` version is kept while ``is_live`` says its run is still live (its
-        finalization may be running).
+        finalization may be running), and so is a ``published`` one whose run is known
+        to be live (having published it, its finalization may still be reading it).
         """
         created = published.record.get("created_at", 0.0)
         removed = []
@@ -330,6 +331,8 @@ class DatasetStorage:
                 continue  # its run may still be writing it
             if v.state == WRITTEN and is_live is not None and _maybe_live(v, is_live):
                 continue  # its live run may be finalizing it
+            if v.state == PUBLISHED and _known_live(v, is_live):
+                continue
             self._delete(v)
             removed.append(v.name)
         return removed
@@ -340,6 +343,11 @@ def _maybe_live(version: DatasetVersion, is_live: Callable[[str], bool] | None) 
     if is_live is None or not run_id:
         return True
     return is_live(str(run_id))
+
+
+def _known_live(version: DatasetVersion, is_live: Callable[[str], bool] | None) -> bool:
+    run_id = version.record.get("dagster_run_id")
+    return is_live is not None and bool(run_id) and is_live(str(run_id))
 
 
 def _field(resource: Any, name: str) -> Any:

@@ -1,9 +1,9 @@
 """Check that every reference in an output resolves: blobs within their block, files present.
 
 A blob reference ``{path, offset, size}`` must lie inside its block (``offset + size``
-at most the block's size); with a ``checksum`` (``"sha256:<hex>"``) the range's digest
-must match. A path cell must name an existing file. The table files the summary lists
-must exist too. Block sizes are looked up once per block.
+at most the block's size); with a ``checksum`` (``"sha256:<hex>"`` or ``"crc32c:<hex>"``)
+the range's digest must match. A path cell must name an existing file. The table files
+the summary lists must exist too. Block sizes are looked up once per block.
 
 Example:
     >>> import os, tempfile, refiner_core as mdr
@@ -21,10 +21,10 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..io.checksum import CHECKSUM_ALGORITHMS, checksum_of
 from ..io.datafile import resolve
 from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
@@ -97,37 +97,6 @@ def _check_blob(ref: Reference, row: TableRow, sizes: _Sizes, report: VerifyRepo
     return True
 
 
-_CRC32C_TABLE: list[int] = []
-
-
-def crc32c(data: bytes) -> str:
-    """CRC-32C (Castagnoli) of ``data`` as 8 lowercase hex digits.
-
-    >>> crc32c(b"123456789")
-    'e3069283'
-    """
-    if not _CRC32C_TABLE:
-        for n in range(256):
-            c = n
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-            _CRC32C_TABLE.append(c)
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return f"{crc ^ 0xFFFFFFFF:08x}"
-
-
-def digest(algorithm: str, data: bytes) -> str | None:
-    """The hex digest of ``data`` (``sha256``, ``crc32c``, any hashlib name), or ``None``
-    for an algorithm this process cannot compute."""
-    if algorithm == "crc32c":
-        return crc32c(data)
-    if algorithm in hashlib.algorithms_available:
-        return hashlib.new(algorithm, data).hexdigest()
-    return None
-
-
 def _check_digests(
     pending: list[tuple[Reference, str]], storage_options: dict[str, Any], report: VerifyReport
 ) -> None:
@@ -139,10 +108,10 @@ def _check_digests(
     read = iter_blobs(refs, storage_options=storage_options or None)
     for (ref, where), data in zip(pending, read, strict=True):
         algorithm, _, expected = str(ref.checksum).partition(":")
-        actual = digest(algorithm, bytes(data or b""))
-        if actual is None:
+        if algorithm not in CHECKSUM_ALGORITHMS:
             report.fail(f"{where}: cannot check checksum {ref.checksum!r}: unknown algorithm")
             continue
+        actual = checksum_of(data or b"", algorithm).partition(":")[2]
         report.checksums += 1
         if actual != expected.lower():
             report.fail(f"{where}: {algorithm} is {actual}, the reference says {expected}")

@@ -24,24 +24,20 @@ from typing import Any
 
 import cloudpickle
 
+from ..lance.usage import lance_runs_here
+
 START_METHODS = ("fork", "forkserver", "spawn")
-_ISOLATION_MODULE = "refiner_core.lance.isolation"
 _LAUNCHER_MODULE = "refiner_core.execution.launcher"
-
-
-def _fork_is_safe() -> bool:
-    """Fork copies the launcher; that is unsafe once this process has used Lance itself
-    (refiner keeps Lance out of it, unless its helper process died)."""
-    isolation = sys.modules.get(_ISOLATION_MODULE)
-    return isolation is None or isolation.isolating()
 
 
 def resolve_start_method(start_method: str | None) -> str:
     """The start method to use: ``start_method`` checked against this platform, or for
-    ``None`` fork where it is available and safe, else spawn."""
+    ``None`` fork where it is available and safe, else spawn. Fork copies the launcher,
+    which is unsafe once this process runs Lance itself (refiner keeps Lance out of it,
+    unless its helper process died)."""
     available = multiprocessing.get_all_start_methods()
     if start_method is None:
-        return "fork" if "fork" in available and _fork_is_safe() else "spawn"
+        return "fork" if "fork" in available and not lance_runs_here() else "spawn"
     if start_method not in START_METHODS:
         raise ValueError(
             f"launch_local: start_method={start_method!r} is not one of {START_METHODS}; "

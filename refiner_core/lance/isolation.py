@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import signal
@@ -38,29 +37,20 @@ from typing import Any
 import lance  # noqa: F401  (imported here, once: importing is fork-safe, using it is not)
 import pyarrow as pa
 
+from .usage import isolating, make_home, stop_isolating
+
 # Lance warns on every fork once imported; refiner keeps Lance out of the forking process.
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
 
-_HOME_PID = os.getpid()
-_FELL_BACK = False
+make_home()
 _HELPER: _Helper | None = None
 _HELPER_LOCK = threading.Lock()
-
-
-def isolating() -> bool:
-    """Whether Lance calls in this process go to another process (see module doc)."""
-    return (
-        os.getpid() == _HOME_PID
-        and not _FELL_BACK
-        and "fork" in multiprocessing.get_all_start_methods()
-    )
 
 
 def call_lance_here() -> None:
     """Call Lance in this process from now on: for a worker that was started fresh
     (spawn, forkserver) and so forks no workers of its own."""
-    global _HOME_PID
-    _HOME_PID = -1
+    stop_isolating()
 
 
 def read_exactly(f: Any, n: int) -> bytes:
@@ -215,7 +205,6 @@ def call_isolated(fn: Callable[..., Any], *args: Any) -> Any:
     answer, this process had already used Lance itself (so its children crash in
     Lance); the call then runs here, and so do later ones.
     """
-    global _FELL_BACK
     if not isolating():
         return fn(*args)
     try:
@@ -235,7 +224,7 @@ def call_isolated(fn: Callable[..., Any], *args: Any) -> Any:
             RuntimeWarning,
             stacklevel=2,
         )
-        _FELL_BACK = True
+        stop_isolating()
         return fn(*args)
     kind, value = outcome
     if kind == "error":

@@ -42,6 +42,22 @@ def _format_version(data: Mapping[str, Any], where: str) -> int:
     return version
 
 
+# What to do about an unreadable manifest or summary, said in every error naming one.
+_MANIFEST_FIX = "delete it to treat that attempt as failed"
+_SUMMARY_FIX = "finalize the output again to rewrite it"
+
+
+def _read_json(folder: Any, relative: str, *, what: str, fix: str) -> Any:
+    """The JSON document at ``relative`` under ``folder``; ``ValueError`` naming it as
+    ``what`` and its URL, with ``fix``, when it is not valid JSON."""
+    try:
+        return json.loads(folder.read_bytes(relative))
+    except ValueError as exc:
+        raise ValueError(
+            f"{what} {folder.url_of(relative)} is not valid JSON ({exc}); {fix}"
+        ) from exc
+
+
 def _int_counters(values: Mapping[str, Any]) -> dict[str, int]:
     return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
 
@@ -117,7 +133,7 @@ class AttemptManifest:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
                 f"attempt manifest {where} is malformed ({type(exc).__name__}: {exc}); "
-                "delete it to treat that attempt as failed"
+                f"{_MANIFEST_FIX}"
             ) from exc
 
 
@@ -156,13 +172,7 @@ def read_manifests(folder: Any) -> list[AttemptManifest]:
         if not name.endswith(".json") or name.startswith("."):
             continue
         relative = f"{MANIFEST_DIR}/{name}"
-        try:
-            data = json.loads(folder.read_bytes(relative))
-        except ValueError as exc:
-            raise ValueError(
-                f"attempt manifest {folder.url_of(relative)} is not valid JSON ({exc}); "
-                "delete it to treat that attempt as failed"
-            ) from exc
+        data = _read_json(folder, relative, what="attempt manifest", fix=_MANIFEST_FIX)
         manifests.append(AttemptManifest.from_json(data, where=folder.url_of(relative)))
     return manifests
 
@@ -267,7 +277,7 @@ class DatasetSummary(Mapping[str, Any]):
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
                 f"dataset summary {where} is malformed ({type(exc).__name__}: {exc}); "
-                "finalize the output again to rewrite it"
+                f"{_SUMMARY_FIX}"
             ) from exc
 
     def write(self, folder: Any) -> None:
@@ -276,15 +286,8 @@ class DatasetSummary(Mapping[str, Any]):
     @classmethod
     def read(cls, folder: Any) -> DatasetSummary:
         """The summary persisted under ``folder`` (``FileNotFoundError`` when not finalized)."""
-        where = folder.url_of(SUMMARY_PATH)
-        try:
-            data = json.loads(folder.read_bytes(SUMMARY_PATH))
-        except ValueError as exc:
-            raise ValueError(
-                f"dataset summary {where} is not valid JSON ({exc}); "
-                "finalize the output again to rewrite it"
-            ) from exc
-        return cls.from_json(data, where=where)
+        data = _read_json(folder, SUMMARY_PATH, what="dataset summary", fix=_SUMMARY_FIX)
+        return cls.from_json(data, where=folder.url_of(SUMMARY_PATH))
 
     # The JSON form as a read-only mapping, so ``summary["rows_written"]`` keeps working.
     def __getitem__(self, key: str) -> Any:

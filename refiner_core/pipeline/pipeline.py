@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import asset_of
+from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
 from ..sources.base import check_shard_ids
@@ -251,7 +252,7 @@ class Pipeline:
         rundir: str | None = None,
         start_method: str | None = None,
         fresh: bool = False,
-        owner_stale_after_s: float = 120.0,
+        owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence

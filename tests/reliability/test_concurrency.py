@@ -168,3 +168,22 @@ def test_two_materializations_of_one_dataset_asset_both_land_whole(request, tmp_
             ):
                 again = list(mdr.read_parquet(version).iter_rows())
                 assert sorted(r["episode"] for r in again) == list(range(8))
+
+
+def test_an_older_published_version_stays_while_its_run_is_live(tmp_path):
+    # Two runs finalize one asset: run a publishes its (older) version and is still
+    # reading it for its metadata when run b publishes the newer one.
+    storage = rd.DatasetStorage(str(tmp_path))
+    live = {"run-a": True, "run-b": True}
+    older = storage.begin(["episodes"], None, "v-older", {"dagster_run_id": "run-a"})
+    older.folder.write_bytes("v-older/part.parquet", b"older")
+    time.sleep(0.01)
+    newer = storage.begin(["episodes"], None, "v-newer", {"dagster_run_id": "run-b"})
+    storage.publish(older, is_live=live.__getitem__)
+    published = storage.publish(newer, is_live=live.__getitem__)
+    assert storage.current(["episodes"], None).name == "v-newer"
+    assert (tmp_path / "episodes" / "v-older" / "part.parquet").read_bytes() == b"older"
+
+    live["run-a"] = False  # the next publication's cleanup removes it
+    assert storage.cleanup(published, is_live=live.__getitem__) == ["v-older"]
+    assert not (tmp_path / "episodes" / "v-older").exists()

@@ -8,9 +8,13 @@ from pathlib import Path
 import pytest
 
 import refiner_core as mdr
-from refiner_core.cli.verify import crc32c
+from refiner_core.io import checksum_of
 
 from .test_refiner_command import images, refiner
+
+
+def crc32c(data: bytes) -> str:
+    return checksum_of(data, "crc32c").partition(":")[2]
 
 
 @pytest.mark.parametrize("writer", ["write_jsonl", "write_lance"])

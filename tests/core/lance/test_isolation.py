@@ -85,3 +85,84 @@ def test_launching_process_never_starts_lance(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == [str(30 * 8 + 30), "False"]
+
+
+def _run_script(body: str) -> list[str]:
+    script = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + textwrap.dedent(body)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_default_start_method_is_spawn_once_lance_ran_in_the_launching_process(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "ds.lance"
+    words = _run_script(
+        f"""
+        import threading
+        import refiner_core as mdr
+        from refiner_core.execution.start_methods import resolve_start_method
+        from refiner_core.lance.isolation import call_lance_here
+        from tests.core.lance.helpers import lance_in_this_process
+
+        def report(when):
+            print(when, resolve_start_method(None), lance_in_this_process())
+
+        out = {str(out)!r}
+        rows = [{{"id": i}} for i in range(20)]
+        report("fresh")
+        mdr.from_items(rows, items_per_shard=10).write_lance(out).launch_local(num_workers=2)
+        print(len(mdr.read_lance(out).materialize()))
+        report("isolated")  # Lance ran in helper processes, not here
+        call_lance_here()  # as a worker started fresh does
+        mdr.from_items(rows, items_per_shard=10).write_lance(out, mode="append").launch_local(
+            num_workers=2
+        )
+        print(len(mdr.read_lance(out).materialize()))
+        report("in-process")
+
+        lock = threading.Lock()  # travels to forked workers only: spawn cannot pickle it
+        locked = mdr.from_items([{{"i": 1}}]).map(lambda row: {{"held": lock.locked()}})
+        try:
+            locked.write_parquet(out + ".default").launch_local()
+        except TypeError as exc:
+            print("default-raises", "start_method='spawn'" in str(exc))
+        done = locked.write_parquet(out + ".fork").launch_local(start_method="fork")
+        print("fork-rows", done.summary["rows_written"])
+        """
+    )
+    assert words == [
+        *("fresh", "fork", "False"),
+        "20",
+        *("isolated", "fork", "False"),
+        "40",
+        *("in-process", "spawn", "True"),
+        *("default-raises", "True"),
+        *("fork-rows", "1"),
+    ]
+
+
+def test_default_start_method_is_spawn_once_a_lance_helper_died() -> None:
+    words = _run_script(
+        """
+        import os, warnings
+        from refiner_core.execution.start_methods import resolve_start_method
+        from refiner_core.lance.isolation import call_isolated
+
+        def dies_in_another_process(home):
+            if os.getpid() != home:
+                os._exit(1)
+            return "here"
+
+        print(resolve_start_method(None))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            print(call_isolated(dies_in_another_process, os.getpid()))
+        print(any("died without an answer" in str(w.message) for w in caught))
+        print(resolve_start_method(None), resolve_start_method("fork"))
+        """
+    )
+    assert words == ["fork", "here", "True", "spawn", "fork"]
