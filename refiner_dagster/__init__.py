@@ -57,7 +57,13 @@ from .publish import AuditFailedError, AuditPolicy
 from .schedules import build_refresh_schedule
 from .sensors import build_source_sensor, partition_source_url
 from .settings import LOAD_KEY, AssetSettings, validate_asset_metadata
-from .storage import DatasetStorage, DatasetVersion, partition_dirname, short_run_id
+from .storage import (
+    DatasetStorage,
+    DatasetVersion,
+    SupersededError,
+    partition_dirname,
+    short_run_id,
+)
 from .table_metadata import column_schema
 
 __all__ = [
@@ -65,6 +71,7 @@ __all__ = [
     "RefinerBlobIOManager",
     "RefinerFileIOManager",
     "DatasetStorage",
+    "SupersededError",
     "DatasetVersion",
     "AssetSettings",
     "LOAD_KEY",

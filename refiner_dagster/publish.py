@@ -125,17 +125,7 @@ def reduce_version(version: DatasetVersion) -> DatasetSummary:
             f"{version.describe()} has no completed write (state {version.state!r}); "
             "materialize the dataset asset again"
         )
-    current = version.storage.current(version.asset_path, version.partition_key)
-    if (
-        current is not None
-        and current.name != version.name
-        and current.record.get("created_at", 0.0) > version.record.get("created_at", 0.0)
-    ):
-        raise RuntimeError(
-            f"{version.describe()} was superseded: the newer version {current.name} is already "
-            "published, so this one is not published. Materialize the dataset asset again to "
-            "replace it"
-        )
+    version.storage.refuse_superseded(version)
     # Finalization reads only the persisted manifests: the writer's pipeline never runs.
     sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
     return sequence.finalize(run_id)

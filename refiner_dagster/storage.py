@@ -156,6 +156,10 @@ def one_version(loaded: Any, who: str) -> DatasetVersion:
     return loaded
 
 
+class SupersededError(RuntimeError):
+    """A version older than the published one is refused: readers keep the newer one."""
+
+
 class DatasetStorage:
     """Dataset versions under one base folder or URL (local path, ``s3://``, any fsspec URL)."""
 
@@ -300,7 +304,14 @@ class DatasetStorage:
         **extra: Any,
     ) -> DatasetVersion:
         """Point readers at ``version`` (one atomic write), then delete older versions
-        (see :meth:`cleanup` for ``is_live``)."""
+        (see :meth:`cleanup` for ``is_live``).
+
+        Refuses (:class:`SupersededError`) when a newer version is already published.
+        The reducer checks this too, but a run whose audit took longer than a newer
+        run's whole finalization must not move readers back, so it is checked again
+        right before the pointer is written.
+        """
+        self.refuse_superseded(version)
         self.record(version, state=PUBLISHED, published_at=time.time(), **extra)
         pointer = {**version.record, "version": version.name, "url": version.url}
         version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
@@ -309,6 +320,20 @@ class DatasetStorage:
         )
         self.cleanup(published, is_live=is_live)
         return published
+
+    def refuse_superseded(self, version: DatasetVersion) -> None:
+        """Raise :class:`SupersededError` when a newer version than ``version`` is published."""
+        current = self.current(version.asset_path, version.partition_key)
+        if (
+            current is not None
+            and current.name != version.name
+            and current.record.get("created_at", 0.0) > version.record.get("created_at", 0.0)
+        ):
+            raise SupersededError(
+                f"{version.describe()} was superseded: the newer version {current.name} is "
+                "already published, so this one is not published. Materialize the dataset "
+                "asset again to replace it"
+            )
 
     def cleanup(
         self, published: DatasetVersion, *, is_live: Callable[[str], bool] | None = None

@@ -116,13 +116,19 @@ def _materialize(files, home: str, start, result_file: str) -> None:
                 [episodes, rd.build_finalization_asset(episodes)],
                 instance=instance,
                 resources={"refiner": rd.RefinerBlobIOManager(num_workers=2)},
+                raise_on_error=False,
             )
+            errors = [
+                str(e.event_specific_data.error)
+                for e in result.all_events
+                if e.event_type_value == "STEP_FAILURE"
+            ]
             with open(result_file, "w") as f:
-                json.dump([result.success, result.run_id], f)
+                json.dump([result.success, result.run_id, errors], f)
         code = 0
     except BaseException:
         with open(result_file, "w") as f:
-            json.dump([False, traceback.format_exc()], f)
+            json.dump([False, None, [traceback.format_exc()]], f)
     finally:
         os._exit(code)
 
@@ -146,16 +152,22 @@ def test_two_materializations_of_one_dataset_asset_both_land_whole(request, tmp_
     for result_file in result_files:
         with open(result_file) as f:
             outcomes.append(json.load(f))
-    assert all(ok for ok, _ in outcomes), outcomes
-    run_ids = {run_id for _, run_id in outcomes}
-    assert len(run_ids) == 2
+    run_ids = {run_id for _, run_id, _ in outcomes}
+    assert len(run_ids) == 2 and None not in run_ids, outcomes
+    # Both runs succeed, or the older one's finalization fails because the newer
+    # version was published first (an older version never replaces a newer one).
+    assert any(ok for ok, _, _ in outcomes), outcomes
+    superseded = [run_id for ok, run_id, _ in outcomes if not ok]
+    for ok, _, errors in outcomes:
+        if not ok:
+            assert len(errors) == 1 and "was superseded" in errors[0], errors
 
     with dg.instance_for_test(temp_dir=home, overrides=TELEMETRY_OFF) as instance:
         root = os.path.join(instance.storage_directory(), "refiner", "episodes")
         storage = rd.RefinerBlobIOManager().storage(instance)
         current = storage.current(["episodes"], None)
         assert current is not None
-        assert current.name in {f"v-{rd.short_run_id(r)}" for r in run_ids}
+        assert current.name in {f"v-{rd.short_run_id(r)}" for r in run_ids - set(superseded)}
         rows = list(mdr.read_parquet(current.url).iter_rows())
         assert sorted(r["episode"] for r in rows) == list(range(8))
         for row in rows:
@@ -187,3 +199,17 @@ def test_an_older_published_version_stays_while_its_run_is_live(tmp_path):
     live["run-a"] = False  # the next publication's cleanup removes it
     assert storage.cleanup(published, is_live=live.__getitem__) == ["v-older"]
     assert not (tmp_path / "episodes" / "v-older").exists()
+
+
+def test_a_slower_finalization_never_moves_readers_back(tmp_path):
+    # Run a reduced and audited its older version, then run b published a newer one
+    # before a reached its publish: a's publish is refused and readers keep b's version.
+    storage = rd.DatasetStorage(str(tmp_path))
+    older = storage.begin(["episodes"], None, "v-older", {"dagster_run_id": "run-a"})
+    time.sleep(0.01)
+    newer = storage.begin(["episodes"], None, "v-newer", {"dagster_run_id": "run-b"})
+    storage.publish(newer)
+    with pytest.raises(rd.SupersededError, match="v-older.*superseded.*v-newer"):
+        storage.publish(older)
+    assert storage.current(["episodes"], None).name == "v-newer"
+    assert storage.version(["episodes"], None, "v-older").state != "published"
