@@ -9,8 +9,9 @@ GIL with the server). It binds 127.0.0.1 on an ephemeral port only.
 Each request is checked for the provider's shape (model, input/messages, auth
 header); a request that does not fit gets a 400 with a provider-style error body.
 Tests queue ``Fault`` objects to inject 429 + Retry-After, 5xx, slow responses,
-malformed JSON, 400s and dropped connections; the server records every request
-and the highest number of requests in flight at once.
+malformed JSON, 400s and dropped connections; the server records every request,
+the highest number of requests in flight at once, and the connections it accepted
+(in all, and the most open at once).
 
     with ProviderServer(api_key="sk-test") as server:
         server.base_url            # "http://127.0.0.1:PORT/v1"
@@ -82,8 +83,14 @@ class _Handler:
         self.in_flight = 0
         self.max_in_flight = 0
         self.served = 0
+        self.connections = 0
+        self.open_connections = 0
+        self.max_open_connections = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open_connections += 1
+        self.max_open_connections = max(self.max_open_connections, self.open_connections)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -101,6 +108,7 @@ class _Handler:
         except (asyncio.IncompleteReadError, asyncio.CancelledError, ConnectionError):
             pass  # client went away, or the server is stopping
         finally:
+            self.open_connections -= 1
             writer.close()
 
     async def _respond(self, method, path, headers, body, writer) -> bool:
@@ -288,6 +296,16 @@ class ProviderServer:
         return self._handler.max_in_flight
 
     @property
+    def connections(self) -> int:
+        """Connections accepted so far."""
+        return self._handler.connections
+
+    @property
+    def max_open_connections(self) -> int:
+        """The most connections that were open at once."""
+        return self._handler.max_open_connections
+
+    @property
     def served(self) -> int:
         """Requests received (counted on arrival, so it is exact once a client call returns)."""
         return self._handler.served
@@ -314,6 +332,8 @@ class ProviderServer:
         self._handler.faults.clear()
         self._handler.max_in_flight = 0
         self._handler.served = 0
+        self._handler.connections = 0
+        self._handler.max_open_connections = self._handler.open_connections
         self._handler.reply = None
 
     def start(self) -> ProviderServer:

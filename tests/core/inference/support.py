@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
+import traceback
 
 from refiner_core.inference import RetryPolicy
 
@@ -34,3 +36,15 @@ def run_generate(generator, *args, **kwargs):
             await generator.aclose()
 
     return asyncio.run(main())
+
+
+def everything_about(error: BaseException) -> str:
+    """All the text an error exposes: message, repr, traceback with its whole chain,
+    attributes and pickled form."""
+    parts = [str(error), repr(error), "".join(traceback.format_exception(error))]
+    cause = error
+    while cause is not None:
+        parts += [str(cause), repr(cause), repr(vars(cause))]
+        cause = cause.__cause__ or cause.__context__
+    parts.append(pickle.dumps(error).decode("latin-1"))
+    return "\n".join(parts)

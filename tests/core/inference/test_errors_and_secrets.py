@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import traceback
 
 import pytest
 
@@ -20,23 +19,11 @@ from refiner_core.inference import (
 )
 
 from .provider_server import Fault
-from .support import ANTHROPIC_KEY, FAST_RETRY, OPENAI_KEY, run_generate
+from .support import ANTHROPIC_KEY, FAST_RETRY, OPENAI_KEY, everything_about, run_generate
 
 
 async def passthrough(row, generate):
     return row
-
-
-def everything_about(error: BaseException) -> str:
-    """All the text an error exposes: message, repr, traceback with its whole chain,
-    attributes and pickled form."""
-    parts = [str(error), repr(error), "".join(traceback.format_exception(error))]
-    cause = error
-    while cause is not None:
-        parts += [str(cause), repr(cause), repr(vars(cause))]
-        cause = cause.__cause__ or cause.__context__
-    parts.append(pickle.dumps(error).decode("latin-1"))
-    return "\n".join(parts)
 
 
 def test_openai_key_never_appears_in_errors_logs_or_reprs(openai_server, monkeypatch, caplog):
