@@ -228,11 +228,15 @@ def seconds(value: float | None) -> str:
     return f"{value:.3f} s" if value < 10 else f"{value:.1f} s"
 
 
+def times(value: float) -> str:
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
 def ratio_text(r: Result) -> str:
     if r.ratio is None:
         return ""
     if r.ratio_kind == "speedup":
-        return f"{r.ratio:.1f}x faster"
+        return f"{times(r.ratio)} faster"
     if r.ratio_kind == "fraction":
         return f"{r.ratio:.0%}"
     if r.ratio_kind == "value":
@@ -259,7 +263,7 @@ def table(results: list[Result]) -> str:
         peer = f"{r.peer} {seconds(r.peer_s)}" if r.peer and r.peer_s else ""
         versus = ""
         if r.peer_speedup:
-            versus = f"{r.peer_speedup:.1f}x faster"
+            versus = f"{times(r.peer_speedup)} faster"
             if r.peer_target:
                 versus += f" (target {r.peer_target.replace(' faster', '')}: "
                 versus += f"{verdict(r.peer_met) or '?'})"
