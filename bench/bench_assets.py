@@ -20,8 +20,10 @@ in a temporary folder and times, as the median of ``--repeat`` runs, interleaved
 
 With ``--peer`` (the default when ``bench/peer/.venv`` exists; ``--no-peer`` skips
 it) cases 1 and 2 also run the public ``macrodata-refiner`` library on the same
-index and files, at the same worker counts (``num_shards`` = workers, its own best
-plan), in every repeat between refiner's runs (target: refiner >= 5x faster).
+files, at the same worker counts, in every repeat between refiner's runs (target:
+refiner >= 5x faster). It gets its own best plan: ``num_shards`` = workers over an
+index of the same paths in row groups of 1,000 (it does not split one row group
+between shards, so the one-row-group index would leave its second worker idle).
 
 Run from the repository root::
 
@@ -272,7 +274,10 @@ def bench_pack_and_copy(
         assert peer is not None
         rundir = work / "peer-runs"
         rundir.mkdir(exist_ok=True)
-        args = ["--index", index, "--out", str(out), "--workers", str(workers)]
+        # the paths table (row groups of 1,000): the peer's read_parquet does not split
+        # one row group between shards, so on the one-row-group index a second worker
+        # would get no rows
+        args = ["--index", table, "--out", str(out), "--workers", str(workers)]
         args += ["--rows", str(count), "--rundir", str(rundir)]
         return lambda: peer.run(workload, *args)
 

@@ -37,16 +37,21 @@ def version() -> str:
 
 
 @contextlib.contextmanager
-def quiet_stderr():
-    """The library logs every worker's progress on stderr: send it to /dev/null."""
-    saved = os.dup(2)
+def quiet():
+    """The library logs every worker's progress on stdout and stderr: send both to
+    /dev/null (this script's own JSON line is printed afterwards)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 2)
+        for fd in saved:
+            os.dup2(null.fileno(), fd)
         try:
             yield
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def write_assets(args: argparse.Namespace, config) -> float:
@@ -58,7 +63,7 @@ def write_assets(args: argparse.Namespace, config) -> float:
     )
     rundir = tempfile.mkdtemp(prefix="peer-run-", dir=args.rundir)
     started = time.perf_counter()
-    with quiet_stderr():
+    with quiet():
         stats = pipeline.write_parquet(args.out, assets=config).launch_local(
             name=f"bench-{args.workload}", num_workers=args.workers, rundir=rundir
         )
