@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_end"] = os.getloadavg()
     text = table(results)
     note = (
-        f"`bench/run_all.py {' '.join(argv if argv is not None else sys.argv[1:])}`, "
+        f"`{' '.join(['bench/run_all.py', *(argv if argv is not None else sys.argv[1:])])}`, "
         f"{now:%Y-%m-%d %H:%M} UTC, {elapsed / 60:.1f} min, {info['cpu_count']} CPUs, "
         f"load average {info['load_average_start'][0]:.1f} at start, "
         f"{info['load_average_end'][0]:.1f} at end; peer: {peer_note}"
