@@ -20,6 +20,11 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results import Result, add_json_option, write_results  # noqa: E402
 
 PROBE = """
 import json, sys, time
@@ -50,8 +55,10 @@ def timed_import(module: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="fresh interpreters per import")
+    add_json_option(parser)
     args = parser.parse_args()
     failed = False
+    results: list[Result] = []
     for module, baseline, target in CASES:
         ours: list[float] = []
         base: list[float] = []
@@ -71,6 +78,20 @@ def main() -> int:
             f"{theirs:.3f} s, ratio {mine / theirs:.2f}x; target <= {target} s: {verdict}"
         )
         print(f"  heavy modules imported: {', '.join(sorted(heavy)) or 'none'}")
+        results.append(
+            Result(
+                workload="import",
+                case=f"import {module} (fresh interpreter)",
+                refiner_s=mine,
+                baseline=f"import {baseline}",
+                baseline_s=theirs,
+                target=f"<= {target} s",
+                met=mine <= target,
+                repeats=args.repeat,
+                extra={"heavy_modules": ", ".join(sorted(heavy)) or "none"},
+            )
+        )
+    write_results(args.json, results)
     return 1 if failed else 0
 
 

@@ -17,12 +17,20 @@ interleaved in the same process so both see the same machine load::
    ``map_async``. Baselines: a plain loop that awaits the callback row after row, and
    a plain loop that makes one asyncio task per row, 16 at a time (what any
    bounded-concurrency runner pays). Target: source + ``map_async`` <= 15 us per row.
+3. Batches: ``--batch-rows`` rows (20,000) through ``batch_map_async`` with an async
+   batch callback sleeping 20 ms, batches of 64, 4 in flight, against the ideal
+   ``ceil(rows / 64) / 4 x 20 ms`` (reported as refiner / ideal).
+
+With ``--peer`` (the default when ``bench/peer/.venv`` exists) part 1 also runs the
+public ``macrodata-refiner`` library's ``map_async`` on the same rows in every repeat
+(target: refiner >= 1.2x faster). ``--json PATH`` writes the results as records.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import time
@@ -32,18 +40,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refiner_core as mdr  # noqa: E402
+from bench.peer.runner import Peer  # noqa: E402
+from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.execution.stages import ShardedStage  # noqa: E402
 
 SLEEP_S = 0.010
 IN_FLIGHT = 32
 NOOP_IN_FLIGHT = 16
+BATCH_SLEEP_S = 0.020
+BATCH_SIZE = 64
+BATCH_IN_FLIGHT = 4
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """Wall seconds and CPU seconds of this process (all threads) spent in ``fn``."""
+    """Wall seconds and CPU seconds of this process (all threads) spent in ``fn``; when
+    ``fn`` times itself (returns a float: the peer, in its own process) its own time."""
     started, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - started, time.process_time() - cpu
+    own = fn()
+    wall, used = time.perf_counter() - started, time.process_time() - cpu
+    return (own, float("nan")) if isinstance(own, float) else (wall, used)
 
 
 # 1. latency-bound ---------------------------------------------------------------------
@@ -71,6 +86,22 @@ def baseline_sleepy(rows: int) -> None:
         return await asyncio.gather(*(bounded({"item": i}) for i in range(rows)))
 
     assert len(asyncio.run(main())) == rows
+
+
+# 3. batches ---------------------------------------------------------------------------
+
+
+async def sleepy_batch(rows):
+    await asyncio.sleep(BATCH_SLEEP_S)
+    return [row.update(done=True) for row in rows]
+
+
+def engine_batches(rows: int) -> None:
+    pipeline = mdr.from_items(range(rows), items_per_shard=rows)
+    out = pipeline.batch_map_async(
+        sleepy_batch, batch_size=BATCH_SIZE, max_in_flight=BATCH_IN_FLIGHT
+    ).materialize()
+    assert len(out) == rows
 
 
 # 2. per-row overhead --------------------------------------------------------------------
@@ -149,15 +180,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--noop-rows", type=int, default=200_000)
+    parser.add_argument("--batch-rows", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run macrodata-refiner from bench/peer/.venv (default: when it exists)",
+    )
+    add_json_option(parser)
     args = parser.parse_args()
+    peer = Peer.find() if args.peer is not False else None
+    if args.peer and peer is None:
+        parser.error("--peer: bench/peer/.venv is missing; run bash bench/peer/setup.sh")
+    try:
+        results = run(args, peer)
+    finally:
+        if peer is not None:
+            peer.close()
+    write_results(args.json, results)
+
+
+def run(args: argparse.Namespace, peer: Peer | None) -> list[Result]:
     rows, noop_rows = args.rows, args.noop_rows
+    results: list[Result] = []
 
     engine_sleepy(100)  # warm up imports and the first worker loop
-    latency, _ = median_times(
-        {"engine": lambda: engine_sleepy(rows), "baseline": lambda: baseline_sleepy(rows)},
-        args.repeat,
-    )
+    cases = {"engine": lambda: engine_sleepy(rows), "baseline": lambda: baseline_sleepy(rows)}
+    if peer is not None:
+        peer_args = ["--rows", str(rows), "--sleep-ms", str(SLEEP_S * 1000)]
+        peer_args += ["--in-flight", str(IN_FLIGHT)]
+        cases["peer"] = lambda: peer.run("map_async", *peer_args)
+    latency, _ = median_times(cases, args.repeat)
     ideal = rows / IN_FLIGHT * SLEEP_S
     ratio = latency["engine"] / latency["baseline"]
     print(f"1. map_async, {rows} rows sleeping {SLEEP_S * 1000:.0f} ms, {IN_FLIGHT} in flight")
@@ -165,7 +219,64 @@ def main() -> None:
     print(f"   asyncio + Semaphore (baseline)     {latency['baseline']:8.3f} s")
     print(f"   refiner map_async (iter_rows)      {latency['engine']:8.3f} s")
     print(f"   ratio engine / baseline            {ratio:8.3f}   (target <= 1.1)")
+    peer_fields: dict = {}
+    if peer is not None:
+        speedup = latency["peer"] / latency["engine"]
+        print(f"   {peer.label + ' map_async':35}{latency['peer']:8.3f} s")
+        print(f"   peer / refiner                     {speedup:8.3f}   (target >= 1.2)")
+        peer_fields = {
+            "peer": peer.label,
+            "peer_s": latency["peer"],
+            "peer_target": ">= 1.2x faster",
+            "peer_met": speedup >= 1.2,
+        }
+    results.append(
+        Result(
+            workload="map_async",
+            case=f"{rows:,} x {SLEEP_S * 1000:.0f} ms, {IN_FLIGHT} in flight",
+            refiner_s=latency["engine"],
+            baseline=f"asyncio + Semaphore({IN_FLIGHT})",
+            baseline_s=latency["baseline"],
+            target="<= 1.1x",
+            met=ratio <= 1.1,
+            repeats=args.repeat,
+            extra={"ideal_s": ideal},
+            **peer_fields,
+        )
+    )
 
+    results += overhead(noop_rows, args.repeat)
+    results += batched(args.batch_rows, args.repeat)
+    return results
+
+
+def batched(batch_rows: int, repeat: int) -> list[Result]:
+    batches, _ = median_times({"engine": lambda: engine_batches(batch_rows)}, repeat)
+    ideal = math.ceil(batch_rows / BATCH_SIZE) / BATCH_IN_FLIGHT * BATCH_SLEEP_S
+    ratio = batches["engine"] / ideal
+    print(
+        f"3. batch_map_async, {batch_rows} rows, batches of {BATCH_SIZE} sleeping "
+        f"{BATCH_SLEEP_S * 1000:.0f} ms, {BATCH_IN_FLIGHT} in flight"
+    )
+    print(f"   ideal (ceil(rows / batch) / in-flight x sleep) {ideal:8.3f} s")
+    print(f"   refiner batch_map_async (iter_rows)            {batches['engine']:8.3f} s")
+    print(f"   ratio engine / ideal                           {ratio:8.3f}   (reported)")
+    return [
+        Result(
+            workload="batch_map_async",
+            case=f"{batch_rows:,} rows, batch {BATCH_SIZE} x {BATCH_SLEEP_S * 1000:.0f} ms, "
+            f"{BATCH_IN_FLIGHT} in flight",
+            refiner_s=batches["engine"],
+            baseline="ideal ceil(rows/64)/4 x 20 ms",
+            baseline_s=ideal,
+            target="reported",
+            met=None,
+            repeats=repeat,
+        )
+    ]
+
+
+def overhead(noop_rows: int, repeat: int) -> list[Result]:
     wall, cpu = median_times(
         {
             "engine": lambda: engine_noop(noop_rows),
@@ -175,7 +286,7 @@ def main() -> None:
             "loop": lambda: plain_loop(noop_rows),
             "tasks": lambda: plain_tasks(noop_rows),
         },
-        args.repeat,
+        repeat,
     )
     us = {name: seconds / noop_rows * 1e6 for name, seconds in wall.items()}
     cpu_us = {name: seconds / noop_rows * 1e6 for name, seconds in cpu.items()}
@@ -200,6 +311,22 @@ def main() -> None:
     print(f"   {'ratios (wall)':34}{'/ loop':>8}{'/ tasks':>8}")
     for label, name in [("iter_rows + map_async", "engine"), ("worker run + map_async", "worker")]:
         print(f"   {label:34}{us[name] / us['loop']:8.2f}{us[name] / us['tasks']:8.2f}")
+    return [
+        Result(
+            workload="map_async",
+            case=f"no-op per row ({label}), {noop_rows:,} rows",
+            refiner_s=wall[name],
+            baseline="plain loop, one task per row",
+            baseline_s=wall["tasks"],
+            target="<= 15 us/row",
+            met=us[name] <= 15,
+            repeats=repeat,
+            ratio=us[name],
+            ratio_kind="value",
+            extra={"unit": "us/row", "cpu_us_per_row": round(cpu_us[name], 2)},
+        )
+        for label, name in [("iter_rows", "engine"), ("worker run", "worker")]
+    ]
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import boto3  # noqa: E402
 import s3fs  # noqa: E402
 
 import refiner_core as mdr  # noqa: E402
+from bench.results import Result, add_json_option, write_results  # noqa: E402
 from tests.s3_server import dummy_aws_env  # noqa: E402
 
 SERVER = """
@@ -77,7 +78,9 @@ def main() -> None:
         action="store_false",
         help="skip the file-mode upload part",
     )
+    add_json_option(parser)
     args = parser.parse_args()
+    results: list[Result] = []
     os.environ.update(dummy_aws_env())
     os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
 
@@ -191,6 +194,20 @@ def main() -> None:
         print(f"one-at-a-time s3fs put_file: {base:.2f} s")
         print(f"refiner FileAssetConfig(max_in_flight=16): {mine:.2f} s")
         print(f"ours vs one-at-a-time: {base / mine:.2f}x faster (target >= 4x)")
+        results.append(
+            Result(
+                workload="s3_assets",
+                case=f"{args.files:,} x {args.kib} KiB file mode to moto, "
+                f"{args.latency_ms:g} ms/request",
+                refiner_s=mine,
+                baseline="one-at-a-time s3fs put_file",
+                baseline_s=base,
+                target=">= 4x faster",
+                met=base / mine >= 4,
+                repeats=len(our_times),
+                ratio_kind="speedup",
+            )
+        )
     if whole_times:
         whole, ranges = statistics.median(whole_times), statistics.median(range_times)
         print(
@@ -200,6 +217,21 @@ def main() -> None:
             f"re-pack of the same references, per-range path (missing_policy='set_null'): {ranges:.2f} s"
         )
         print(f"coalesced vs per-range: {ranges / whole:.2f}x faster (target >= 10x)")
+        results.append(
+            Result(
+                workload="repack",
+                case=f"{args.files:,} x {args.kib} KiB on moto S3, coalesced vs per range, "
+                f"{args.latency_ms:g} ms/request",
+                refiner_s=whole,
+                baseline="per-range re-pack (set_null)",
+                baseline_s=ranges,
+                target=">= 10x faster",
+                met=ranges / whole >= 10,
+                repeats=len(whole_times),
+                ratio_kind="speedup",
+            )
+        )
+    write_results(args.json, results)
 
 
 if __name__ == "__main__":

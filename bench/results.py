@@ -18,13 +18,19 @@ list of :class:`Result` records; ``bench/run_all.py`` gathers them into one tabl
 
 ``ratio`` is ``refiner_s / baseline_s`` unless a script sets it (for "x faster" targets
 it is ``baseline_s / refiner_s``; ``ratio_kind`` says which).
+
+A case also measured with the public ``macrodata-refiner`` library (``bench/peer/``)
+carries ``peer`` (what ran, e.g. ``"macrodata-refiner 0.3.9"``) and ``peer_s`` (its
+median on the same data, interleaved with refiner's runs); ``peer_speedup`` is then
+``peer_s / refiner_s`` and ``peer_target`` / ``peer_met`` judge it. A case that could
+not be measured has ``refiner_s=None`` and says why in ``extra["not_measured"]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -46,8 +52,15 @@ class Result:
     ratio: float | None = None
     ratio_kind: RatioKind = "slowdown"
     extra: dict[str, float | int | str] = field(default_factory=dict)
+    peer: str | None = None
+    peer_s: float | None = None
+    peer_target: str = ""
+    peer_met: bool | None = None
+    peer_speedup: float | None = None
 
     def __post_init__(self) -> None:
+        if self.peer_speedup is None and self.peer_s and self.refiner_s:
+            object.__setattr__(self, "peer_speedup", self.peer_s / self.refiner_s)
         if self.ratio is None and self.refiner_s and self.baseline_s:
             if self.ratio_kind == "speedup":
                 object.__setattr__(self, "ratio", self.baseline_s / self.refiner_s)
@@ -74,4 +87,13 @@ def write_results(path: Path | None, results: list[Result]) -> None:
 
 
 def read_results(path: Path) -> list[Result]:
-    return [Result(**record) for record in json.loads(path.read_text())]
+    """The records a script wrote; keys this version does not know are kept in ``extra``."""
+    known = {f.name for f in fields(Result)}
+    results = []
+    for record in json.loads(path.read_text()):
+        unknown = {k: v for k, v in record.items() if k not in known}
+        kept = {k: v for k, v in record.items() if k in known}
+        if unknown:
+            kept["extra"] = {**kept.get("extra", {}), **unknown}
+        results.append(Result(**kept))
+    return results
