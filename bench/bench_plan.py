@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refiner_core as mdr  # noqa: E402
+from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.lance.isolation import call_isolated  # noqa: E402
 
 ROWS = 1_000_000
@@ -99,6 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--shards", type=int, default=mdr.MAX_SHARDS)
+    add_json_option(parser)
     args = parser.parse_args()
     n = args.shards
     folder = Path(tempfile.mkdtemp(prefix="refiner-bench-plan-"))
@@ -156,6 +158,31 @@ def main() -> None:
         print(f"  {label:<40} {ratio:7.1f}x")
     verdict = "met" if worst < TARGET_S else "NOT met"
     print(f"slowest plan {worst:.3f} s; target: < {TARGET_S:.0f} s ({verdict})")
+    baselines = {
+        "read_parquet, 1 row group": "footer of the index (baseline)",
+        "read_parquet, media, 2,500 workers": "footer of the index (baseline)",
+        "read_parquet, 100 files x 100 groups": "footers of 100 files (baseline)",
+        "read_jsonl": "line starts, whole file (baseline)",
+    }
+    results = []
+    for name, times in runs.items():
+        if "baseline" in name:
+            continue
+        median = statistics.median(times)
+        base = baselines.get(name)
+        results.append(
+            Result(
+                workload="planning",
+                case=f"plan {n:,} shards: {name}",
+                refiner_s=median,
+                baseline=base.removesuffix(" (baseline)") if base else "target",
+                baseline_s=statistics.median(runs[base]) if base else None,
+                target=f"< {TARGET_S:.0f} s",
+                met=median < TARGET_S,
+                repeats=args.repeat,
+            )
+        )
+    write_results(args.json, results)
 
 
 if __name__ == "__main__":

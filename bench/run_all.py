@@ -52,6 +52,7 @@ class Job:
     repeat_flag: str = "--repeat"
     peer: bool = False  # takes --peer / --no-peer
     timeout_s: float = 1800
+    default: bool = True  # run without --only
 
 
 JOBS = (
@@ -88,8 +89,18 @@ JOBS = (
         quick=("--requests", "400"),
         repeat_flag="--runs",
     ),
-    Job("http_clients", "bench_http_clients.py", ("http_clients",)),
+    Job(
+        "http_clients",
+        "bench_http_clients.py",
+        ("inference_transport",),
+        full=("--budget", "15"),
+        quick=("--latencies", "0.5", "--in-flight", "64", "--budget", "5", "--no-reference"),
+        repeat_flag="--repeats",
+        default=False,  # about 30 minutes: the measurement behind keeping http1.py
+    ),
     Job("dagster", "bench_dagster.py", ("dagster",), quick=("--files", "200")),
+    Job("fanout", "bench_fanout.py", ("dagster", "planning"), quick=("--rows", "200")),
+    Job("planning", "bench_plan.py", ("planning",)),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
 )
 WORKLOADS = sorted({w for job in JOBS for w in job.workloads} | {"peer"})
@@ -308,9 +319,12 @@ def machine() -> dict:
 # main ---------------------------------------------------------------------------------
 
 
+DEFAULT_WORKLOADS = sorted({w for job in JOBS if job.default for w in job.workloads} | {"peer"})
+
+
 def parse_only(text: str | None) -> set[str]:
     if not text:
-        return set(WORKLOADS)
+        return set(DEFAULT_WORKLOADS)
     chosen = {w.strip() for w in text.split(",") if w.strip()}
     unknown = chosen - set(WORKLOADS)
     if unknown:
@@ -339,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or BENCH / "results" / f"{now:%Y-%m-%dT%H%M%SZ}.json"
     out_dir = out.with_suffix("")
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [job for job in JOBS if selected.intersection(job.workloads)]
+    jobs = [
+        job for job in JOBS if selected.intersection(job.workloads) and (job.default or args.only)
+    ]
 
     started = time.perf_counter()
     info = machine()
