@@ -233,7 +233,8 @@ def finalize_step(
     """
     io_manager = spec.refiner_io_manager(context)
     version = spec.version(context, plan)
-    committed = committed_counters(version, plan.run_id)["shards"]
+    counters = committed_counters(version, plan.run_id)
+    committed = counters["shards"]
     if committed != plan.shards:
         raise RuntimeError(
             f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
@@ -245,6 +246,7 @@ def finalize_step(
         engine_run_id=plan.run_id,
         pipeline=spec.pipeline(context),
         started=time.monotonic() - (time.time() - plan.started_at),
+        counters=counters,
     )
     summary = reduce_version(version)
     if spec.audit is not None:

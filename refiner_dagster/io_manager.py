@@ -274,10 +274,18 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         return version, settings, assets
 
     def record_written(
-        self, version: DatasetVersion, *, engine_run_id: str, pipeline: mdr.Pipeline, started: float
+        self,
+        version: DatasetVersion,
+        *,
+        engine_run_id: str,
+        pipeline: mdr.Pipeline,
+        started: float,
+        counters: dict[str, int] | None = None,
     ) -> dict[str, int]:
-        """Mark ``version`` written by ``engine_run_id``; returns its committed counters."""
-        counters = committed_counters(version, engine_run_id)
+        """Mark ``version`` written by ``engine_run_id``; returns its committed counters
+        (``counters`` when the caller has just summed them)."""
+        if counters is None:
+            counters = committed_counters(version, engine_run_id)
         version.storage.record(
             version,
             state=WRITTEN,
