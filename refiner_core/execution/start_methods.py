@@ -54,29 +54,11 @@ def resolve_start_method(start_method: str | None) -> str:
 def worker_context(start_method: str) -> Any:
     """The multiprocessing context that starts workers. The fork server (Python's, one
     per process, started on first use) imports refiner before it forks any worker, so
-    each worker starts in milliseconds instead of importing refiner anew; forked
-    workers start from the launcher after :func:`warm_arrow_conversions`."""
+    each worker starts in milliseconds instead of importing refiner anew."""
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
-        ctx.set_forkserver_preload(["__main__", _LAUNCHER_MODULE, _WARM_MODULE])
-    elif start_method == "fork":
-        warm_arrow_conversions()
+        ctx.set_forkserver_preload(["__main__", _LAUNCHER_MODULE])
     return ctx
-
-
-_WARM_MODULE = "refiner_core.execution.arrow_warmup"
-
-
-def warm_arrow_conversions() -> None:
-    """Do pyarrow's one-time work for converting Python objects in this process.
-
-    pyarrow imports pandas (when installed) the first time any process converts
-    Python objects to Arrow, about 0.3 s. Doing it once in the launcher means forked
-    workers inherit it, instead of every worker paying it again on its first block.
-    """
-    import importlib
-
-    importlib.import_module(_WARM_MODULE)
 
 
 @dataclass(frozen=True)

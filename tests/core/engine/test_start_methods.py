@@ -3,7 +3,6 @@ forkserver or spawn with every source, sink and asset mode."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -208,37 +207,3 @@ def test_workers_see_the_environment_of_the_launch(tmp_path, monkeypatch, start_
     pipeline.write_parquet(str(again)).launch_local(start_method=start_method)
     regions = [pq.read_table(data_files(o)[0]).column("region")[0].as_py() for o in (out, again)]
     assert regions == ["first", "second"]
-
-
-WARM_WORKERS = """
-import json, sys
-import refiner_core as mdr
-
-assert "pandas" not in sys.modules  # importing refiner_core stays light
-
-def seen(row):
-    return {"pandas_at_first_row": "pandas" in sys.modules}
-
-out = sys.argv[1]
-mdr.read_parquet(sys.argv[2], num_shards=2).map(seen).write_jsonl(out).launch_local(
-    num_workers=2, start_method="fork"
-)
-rows = [json.loads(l) for f in sorted(__import__("glob").glob(out + "/*.jsonl")) for l in open(f)]
-print(json.dumps(sorted({r["pandas_at_first_row"] for r in rows})))
-"""
-
-
-def test_forked_workers_start_with_pyarrow_conversions_set_up(tmp_path):
-    # pyarrow imports pandas on a process's first conversion of Python objects; the
-    # launcher does it once, so forked workers do not pay it again on their first block
-    installed = importlib.util.find_spec("pandas") is not None  # test extras bring it
-    index = tmp_path / "index.parquet"
-    pq.write_table(pa.table({"i": list(range(8))}), index)
-    found = subprocess.run(
-        [sys.executable, "-c", WARM_WORKERS, str(tmp_path / "out"), str(index)],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=180,
-        check=True,
-    ).stdout.decode()
-    assert found.strip().splitlines()[-1] == ("[true]" if installed else "[false]")
