@@ -63,7 +63,14 @@ from bench.results import Result, add_json_option, write_results  # noqa: E402
 KIB = 1024
 MIB = 1024 * KIB
 FILES_PER_FOLDER = 1000
-SETTLE_S = 1.0  # after a sync, before the next timed run: lets the disk finish discards
+# On a virtual machine whose balloon driver reports free memory to the host (virtio-balloon
+# free page reporting), memory the guest freed more than about 2 s ago is handed back, and
+# writing into it again costs a host page fault per page: 1 GiB into the page cache then
+# takes 2-7 s instead of 0.4 s, for cat as for anything else (measured here: `sync; rm
+# out; cat ... > out` right away 0.42-0.61 s in 5 of 6 runs, 2.5-3.2 s after 4 s idle).
+# So every timed run starts right after the previous run's output was synced and
+# removed, and writes into the page cache that output just gave back.
+SETTLE_S = 0.0
 
 
 # data -----------------------------------------------------------------------------
@@ -165,16 +172,25 @@ def median_of(runs: dict[str, list[float]]) -> dict[str, float]:
 
 
 def interleaved(cases: dict[str, Callable[[], None]], cleanup: Callable[[], None], repeat: int):
-    """Run every case ``repeat`` times, interleaved, cleaning up and syncing after each."""
+    """Run every case ``repeat`` times, interleaved; after each, sync then clean up, and
+    start the next at once (see ``SETTLE_S``). One untimed run of the first case first,
+    so that the first timed run also finds a freshly freed output's memory."""
     runs: dict[str, list[float]] = {name: [] for name in cases}
+    settled(next(iter(cases.values())), cleanup)
     for _ in range(repeat):
         for name, case in cases.items():
-            sync()
-            time.sleep(SETTLE_S)
             runs[name].append(timed(case, name))
-            cleanup()
-            sync()
+            settled(None, cleanup)
     return runs
+
+
+def settled(case: Callable[[], object] | None, cleanup: Callable[[], None]) -> None:
+    """Run ``case`` (untimed) if given, then flush its writes and remove its output."""
+    if case is not None:
+        case()
+    sync()
+    cleanup()
+    time.sleep(SETTLE_S)
 
 
 def report(title: str, runs: dict[str, list[float]], nbytes: int) -> dict[str, float]:

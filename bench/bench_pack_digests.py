@@ -37,13 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_assets import (  # noqa: E402
     KIB,
     MIB,
-    SETTLE_S,
     drop,
     pack,
     paths_table,
     quiet,
     ratio_line,
-    sync,
+    settled,
 )
 
 import refiner_core as mdr  # noqa: E402
@@ -75,14 +74,13 @@ def cpu_seconds() -> float:
 def interleaved_cpu(cases: dict[str, Callable[[], None]], cleanup: Callable[[], None], repeat: int):
     """``{case: [(wall s, cpu s), ...]}`` of ``repeat`` interleaved runs of every case."""
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    settled(next(iter(cases.values())), cleanup)  # see bench_assets.SETTLE_S
     for _ in range(repeat):
         for name, case in cases.items():
-            sync()
-            time.sleep(SETTLE_S)
             wall, cpu = time.perf_counter(), cpu_seconds()
             case()
             runs[name].append((time.perf_counter() - wall, cpu_seconds() - cpu))
-            cleanup()
+            settled(None, cleanup)
     return runs
 
 

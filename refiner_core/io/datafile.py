@@ -17,15 +17,17 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import re
-import shutil
 import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
+
+from .kernel_copy import copy_file
 
 if TYPE_CHECKING:  # fsspec is imported on first use: a tenth of `import refiner_core`
     import fsspec
@@ -62,9 +64,15 @@ if hasattr(os, "register_at_fork"):
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, _local_filesystem_class())
+
+
+@functools.cache
+def _local_filesystem_class() -> type:
+    """fsspec's local filesystem class, imported on first use (asked once per asset)."""
     from fsspec.implementations.local import LocalFileSystem
 
-    return isinstance(fs, LocalFileSystem)
+    return LocalFileSystem
 
 
 def is_s3(fs: fsspec.AbstractFileSystem) -> bool:
@@ -206,20 +214,22 @@ class DataFolder:
         """Whether files on ``fs`` can be copied into this folder by :meth:`copy_from`."""
         return fs is self.fs or (is_local(fs) and is_local(self.fs))
 
-    def copy_from(self, fs: fsspec.AbstractFileSystem, path: str, relative: str) -> None:
+    def copy_from(self, fs: fsspec.AbstractFileSystem, path: str, relative: str) -> int | None:
         """Copy ``path`` (on a filesystem :meth:`same_filesystem` accepts) to ``relative``
-        without streaming it through this process: a local file copy, or the object
-        store's server-side copy. ``FileNotFoundError`` when ``path`` does not exist."""
+        without streaming it through this process: a local copy inside the kernel
+        (:mod:`refiner_core.io.kernel_copy`), or the object store's server-side copy.
+        Returns the bytes copied when the copy tells (local files), else ``None``.
+        ``FileNotFoundError`` when ``path`` does not exist."""
         destination = self.join(relative)
         if is_local(fs):
             directory = os.path.dirname(destination)
             if directory not in self._made_dirs:
                 os.makedirs(directory, exist_ok=True)
                 self._made_dirs.add(directory)
-            shutil.copyfile(path, destination)
-        else:
-            with self._context(f"CopyObject from {full_url(fs, path)}", destination):
-                fs.copy(path, destination)
+            return copy_file(path, destination)
+        with self._context(f"CopyObject from {full_url(fs, path)}", destination):
+            fs.copy(path, destination)
+        return None
 
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)

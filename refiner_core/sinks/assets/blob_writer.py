@@ -24,7 +24,7 @@ from .dedupe import (
     source_key,
     source_key_size,
 )
-from .fetch import MissingAsset, Source, is_remote, open_source, source_size
+from .fetch import INLINE_LIMIT, MissingAsset, Source, is_remote, open_source, source_size
 
 DEFER_MAX_ROWS = 262_144
 
@@ -109,13 +109,15 @@ class BlobAssetWriter(AssetWriterBase):
         jobs = iter(self.jobs(column, values, dropped))
         by_source = self.dedupe.mode == "source"
         scheduled = self._sources_seen
+        # local files into local blocks are copied by the kernel unless a digest needs the bytes
+        keep_open = self.local_output and self.digests.needs_nothing
 
         def fetch(value: Any, key_only: bool = False):
             try:
                 key = source_key(value, form, self.filesystems) if by_source else None
                 if key_only and key is not None:
                     return Fetched(None, key), None
-                source = open_source(value, form, self.filesystems)
+                source = open_source(value, form, self.filesystems, keep_open=keep_open)
                 if source.data is None:
                     return Fetched(source, key), None
                 return self.digests.of_bytes(source, value, key), None
@@ -188,12 +190,16 @@ class BlobAssetWriter(AssetWriterBase):
                     reference = await self._store(block, fetched, value, form)
                 except Exception as exc:  # a streamed source failing half way
                     raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                finally:
+                    _release(fetched)
                 self.place(results, column, values, row, element, reference)
                 schedule()
         finally:
             for item in prefetch:
                 if asyncio.isfuture(item[3]):
                     item[3].cancel()
+                elif item[3] is not None and item[3][0] is not None:
+                    _release(item[3][0])
             # Every started copy settles before the rows are written or the attempt is
             # aborted, so no block lands after its attempt's cleanup.
             outcomes = await asyncio.gather(*copies, return_exceptions=True)
@@ -209,7 +215,7 @@ class BlobAssetWriter(AssetWriterBase):
         reused = self.dedupe.reuse(fetched.key, size, self._confirmer(source))
         if reused is not None:
             return reused
-        if source.data is not None:
+        if source.data is not None or source.fd is not None and size <= INLINE_LIMIT:
             url, start = block.append(source)
             reference = self._reference(url, start, size, fetched.checksum)
         else:
@@ -329,6 +335,13 @@ class BlobAssetWriter(AssetWriterBase):
             block.abort()
         self._shutdown()
         self.discard()
+
+
+def _release(fetched: Fetched | None) -> None:
+    """Close the local file a fetched asset holds open, if it holds one."""
+    source = fetched.source if fetched is not None else None
+    if isinstance(source, Source):
+        source.close()
 
 
 def _drain(source: Any) -> None:

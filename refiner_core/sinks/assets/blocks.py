@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from ...io.kernel_copy import copy_range
 from .fetch import Source
 
 WHOLE_COPY_MIN_BYTES = 8 * 1024 * 1024
@@ -31,6 +32,9 @@ class BlockWriter:
         self._file: Any = None
         self._url = ""
         self._offset = 0
+        self._fileno_of: Any = None
+        self._fd: int | None = None
+        self._behind = False  # kernel copies wrote past the file object's position
 
     def _next_relative(self) -> str:
         relative = f"{self.directory}/block-{self.index:05d}.bin"
@@ -56,11 +60,28 @@ class BlockWriter:
             )
             self._url = self.folder.url_of(relative)
             self._offset = 0
+            self._behind = False
 
     def append(self, source: Source) -> tuple[str, int]:
         """Append one asset; returns ``(block url, offset)``."""
         self._room_for(source.size)
         start = self._offset
+        fileno = self._fileno() if source.fd is not None else None
+        if fileno is not None:
+            if not self._behind:
+                self._file.flush()  # the kernel copy lands after the bytes written so far
+            try:
+                copy_range(source.fd, source.offset, fileno, start, source.size)
+            except EOFError as exc:
+                raise EOFError(
+                    f"asset {source.url} ended early while it was packed: {exc}"
+                ) from exc
+            self._behind = True
+            self._offset += source.size
+            return self._url, start
+        if self._behind:  # the file object still stands where its last own write ended
+            self._file.seek(start)
+            self._behind = False
         written = 0
         for chunk in source.chunks():
             self._file.write(chunk)
@@ -71,6 +92,16 @@ class BlockWriter:
             )
         self._offset += written
         return self._url, start
+
+    def _fileno(self) -> int | None:
+        """The open block's descriptor when it is a local file (a kernel copy can fill it)."""
+        if self._fileno_of is not self._file:
+            self._fileno_of = self._file
+            try:
+                self._fd = self._file.fileno()
+            except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+                self._fd = None
+        return self._fd
 
     def readable_path(self, url: str) -> str:
         """Where the bytes of block ``url`` can be read now: the open block's temporary

@@ -148,6 +148,11 @@ class DigestPlan:
     content: str | None  # dedupe="content": the algorithm whose digest is the key
     checksum: str | None  # the reference's checksum algorithm
 
+    @property
+    def needs_nothing(self) -> bool:
+        """Whether no digest is taken, so the bytes never need to pass through Python."""
+        return self.content is None and self.checksum is None
+
     def of_bytes(self, source: Source, value: Any, key: Hashable | None) -> Fetched:
         """Digests of an asset whose bytes are in hand (computed in the fetching thread)."""
         assert source.data is not None
@@ -196,8 +201,9 @@ class StreamDigests:
             self._hashers = [self.content]
             self.checksum = self.content
 
-    def tee(self, source: Source) -> HashedSource:
-        return HashedSource(source, self._hashers)
+    def tee(self, source: Source) -> Source | HashedSource:
+        """``source``, its chunks fed to the digests on the way (itself when none is taken)."""
+        return HashedSource(source, self._hashers) if self._hashers else source
 
     def key(self, size: int) -> Hashable | None:
         return None if self.content is None else content_key_of(size, self.content.digest())
@@ -224,6 +230,11 @@ class HashedSource:
     @property
     def url(self) -> str | None:
         return self.source.url
+
+    @property
+    def fd(self) -> None:
+        """Never copied by the kernel: the hashers must see every byte."""
+        return None
 
     def chunks(self) -> Iterator[bytes]:
         for chunk in self.source.chunks():

@@ -25,7 +25,8 @@ class MissingAsset(Exception):
 
 @dataclass
 class Source:
-    """One asset's bytes: in hand (``data``) or streamed from ``fs``/``path`` when large."""
+    """One asset's bytes: in hand (``data``), an open local file (``fd``, for a kernel
+    copy; :meth:`close` releases it) or streamed from ``fs``/``path`` when large."""
 
     size: int
     data: bytes | None = None
@@ -33,10 +34,25 @@ class Source:
     path: str | None = None
     url: str | None = None
     offset: int = 0
+    fd: int | None = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def chunks(self):
         if self.data is not None:
             yield self.data
+            return
+        if self.fd is not None:
+            done = 0
+            while done < self.size:
+                chunk = os.pread(self.fd, min(STREAM_CHUNK, self.size - done), self.offset + done)
+                if not chunk:
+                    raise EOFError(f"{self.url} ended {self.size - done} bytes early")
+                done += len(chunk)
+                yield chunk
             return
         with open_uncached(self.fs, self.path) as f:  # no read past a reference's end
             f.seek(self.offset)
@@ -105,8 +121,13 @@ def check_path(value: Any) -> str:
     return value
 
 
-def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
-    """Fetch one asset value; raises :class:`MissingAsset` only when its file does not exist."""
+def open_source(
+    value: Any, form: str, filesystems: Filesystems, *, keep_open: bool = False
+) -> Source:
+    """Fetch one asset value; raises :class:`MissingAsset` only when its file does not exist.
+
+    With ``keep_open``, a local file path comes back open (``fd``) instead of read, for a
+    caller that copies it with :func:`refiner_core.io.kernel_copy.copy_range` and closes it."""
     if form == "bytes":
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise TypeError(f"expected inline bytes, got {type(value).__name__}")
@@ -114,7 +135,7 @@ def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
     if form == "path":
         fs, path = filesystems.resolve(check_path(value))
         if is_local(fs):
-            return _open_local(fs, path, value)
+            return _open_local(fs, path, value, keep_open)
         size = size_or_missing(fs, path, value)
         if size <= INLINE_LIMIT:
             try:
@@ -141,20 +162,29 @@ def open_source(value: Any, form: str, filesystems: Filesystems) -> Source:
     raise ValueError(f"unknown asset form {form!r}")
 
 
-def _open_local(fs: Any, path: str, url: str) -> Source:
-    """A local file in one open: its size from the open descriptor, its bytes if small.
+def _open_local(fs: Any, path: str, url: str, keep_open: bool = False) -> Source:
+    """A local file in one open: its size from the open descriptor, its bytes if small
+    (or, with ``keep_open``, the descriptor itself, whatever the size).
 
     Per-file cost matters when packing many small files, so this skips the extra
     opens and stats that ``fs.size`` plus ``fs.cat_file`` would make.
     """
     try:
-        with open(path, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > INLINE_LIMIT:
-                return Source(size=size, fs=fs, path=path, url=url)
-            data = f.readall()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise MissingAsset(url) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if keep_open:
+            return Source(size=size, url=url, fd=fd)
+        if size > INLINE_LIMIT:
+            return Source(size=size, fs=fs, path=path, url=url)
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            data = f.readall()
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
     return Source(size=len(data), data=data)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from ...io.checksum import Hasher
@@ -48,13 +47,12 @@ class FileAssetWriter(AssetWriterBase):
         if form == "path" and self.config.checksum is None:
             fs, path = self.filesystems.resolve(check_path(value))
             if self.folder.same_filesystem(fs):
-                local = is_local(fs)
-                size = 0 if local else size_or_missing(fs, path, value)
+                size = None if is_local(fs) else size_or_missing(fs, path, value)
                 try:
-                    self.folder.copy_from(fs, path, relative)
+                    copied = self.folder.copy_from(fs, path, relative)
                 except FileNotFoundError as exc:
                     raise MissingAsset(value) from exc
-                return os.path.getsize(self.folder.join(relative)) if local else size
+                return copied if size is None else size
         source = open_source(value, form, self.filesystems)
         hasher = Hasher(self.config.checksum) if self.config.checksum else None
         with self.folder.open_atomic(relative, size_hint=source.size) as f:

@@ -1,0 +1,144 @@
+"""Local files packed by the kernel (``copy_file_range``, then ``sendfile``, then
+``pread``/``pwrite``), mixed with bytes that pass through Python in the same block."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import refiner_core as mdr
+from refiner_core.io import kernel_copy
+from refiner_core.io.datafile import DataFolder
+from refiner_core.sinks.assets.base import MissingAssetError
+from refiner_core.sinks.assets.blob_writer import BlobAssetWriter
+
+from .http_server import FileServer
+from .media import read_rows, write_files
+
+dt = mdr.datatype
+
+PATHS = ["copy_file_range", "sendfile", "pread"]
+
+
+@pytest.fixture(params=PATHS)
+def copy_path(request, monkeypatch):
+    """Which way ``copy_range`` copies: the kernel's ways are switched off one by one,
+    as on kernels and filesystems that refuse them."""
+    if request.param != "copy_file_range":
+        monkeypatch.setattr(kernel_copy, "_copy_file_range_works", False)
+    if request.param == "pread":
+        monkeypatch.setattr(kernel_copy, "_sendfile_works", False)
+    return request.param
+
+
+def _fds(tmp_path: Path, data: bytes) -> tuple[int, int]:
+    (tmp_path / "src").write_bytes(data)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
+    return src, dst
+
+
+def test_copy_range_copies_the_range_and_moves_no_position(tmp_path, copy_path):
+    data = os.urandom(300_000)
+    src, dst = _fds(tmp_path, data)
+    try:
+        os.write(dst, b"head")
+        copy_range = kernel_copy.copy_range
+        copy_range(src, 1000, dst, 4, 200_000)
+        copy_range(src, 0, dst, 200_004, 10)
+        assert os.lseek(src, 0, os.SEEK_CUR) == 0
+        assert os.lseek(dst, 0, os.SEEK_CUR) == 4
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == b"head" + data[1000:201_000] + data[:10]
+
+
+def test_copy_range_of_a_short_source_is_an_eof_error(tmp_path, copy_path):
+    src, dst = _fds(tmp_path, b"x" * 100)
+    try:
+        with pytest.raises(EOFError, match="ended 50 bytes early"):
+            kernel_copy.copy_range(src, 0, dst, 0, 150)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def test_local_and_remote_sources_share_one_block(tmp_path, copy_path):
+    """Local files (kernel copies) and URLs (bytes written by Python) alternate in one
+    column; every reference reads back its own bytes, from one block."""
+    local = {f"local-{i:02d}.bin": os.urandom(1000 + 37 * i) for i in range(20)}
+    remote = {f"remote-{i:02d}.bin": os.urandom(500 + 53 * i) for i in range(20)}
+    local_paths = write_files(tmp_path / "disk", local)
+    write_files(tmp_path / "www", remote)
+    with FileServer(tmp_path / "www") as server:
+        items, expected = [], []
+        for i in range(20):
+            items.append({"video": local_paths[f"local-{i:02d}.bin"]})
+            expected.append(local[f"local-{i:02d}.bin"])
+            items.append({"video": server.url(f"remote-{i:02d}.bin")})
+            expected.append(remote[f"remote-{i:02d}.bin"])
+        out = tmp_path / "out"
+        mdr.from_items(
+            items, items_per_shard=len(items), dtypes={"video": dt.video_path()}
+        ).write_parquet(str(out), assets=mdr.BlobAssetConfig()).launch_local(num_workers=1)
+    rows = read_rows(out)
+    assert len({row["video"]["path"] for row in rows}) == 1
+    assert [mdr.read_blob(row["video"]) for row in rows] == expected
+
+
+def _writer(out: Path) -> BlobAssetWriter:
+    return BlobAssetWriter(mdr.BlobAssetConfig(), DataFolder(str(out)), "000000000000")
+
+
+def _table(paths: list[str]) -> pa.Table:
+    field = dt.video_path().to_field("video")
+    return pa.table({"video": pa.array(paths, pa.string())}).cast(pa.schema([field]))
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_no_source_stays_open_after_a_column_fails_half_way(tmp_path):
+    """A missing file at row 30 fails the column while up to ``max_in_flight`` later
+    files are already open for their copies; every one of them is closed."""
+    paths = list(write_files(tmp_path / "src", {f"{i:03d}.bin": b"%03d" % i for i in range(60)}))
+    paths = [str(tmp_path / "src" / name) for name in paths]
+    paths[30] = str(tmp_path / "src" / "gone.bin")
+    before = _open_fds()
+
+    async def run() -> None:
+        writer = _writer(tmp_path / "out")
+        try:
+            await writer.process(_table(paths), shard_id="00000", first_row=0)
+        finally:
+            await writer.abort()
+
+    with pytest.raises(MissingAssetError, match="row 30"):
+        asyncio.run(run())
+    assert _open_fds() == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_no_source_stays_open_after_a_column_is_packed(tmp_path):
+    names = write_files(tmp_path / "src", {f"{i:03d}.bin": b"%03d" % i for i in range(60)})
+    before = _open_fds()
+
+    async def run() -> pa.Table:
+        writer = _writer(tmp_path / "out")
+        tables = await writer.process(_table(list(names.values())), shard_id="00000", first_row=0)
+        await writer.close()
+        return tables[0]
+
+    table = asyncio.run(run())
+    assert _open_fds() == before
+    references = table.column("video").to_pylist()
+    blocks = {ref["path"] for ref in references}
+    assert len(blocks) == 1 and os.path.exists(blocks.pop())
+    assert [mdr.read_blob(ref) for ref in references] == [b"%03d" % i for i in range(60)]
