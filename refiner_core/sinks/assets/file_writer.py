@@ -21,7 +21,7 @@ LOCAL_THREADS = 4
 class FileAssetWriter(AssetWriterBase):
     """Copies assets with up to ``max_in_flight`` copies at once, shared across blocks.
 
-    Same-filesystem copies are server-side (``fs.copy``; local ``copyfile``), other
+    Same-filesystem copies are server-side (``fs.copy``; locally a kernel copy), other
     copies stream through this worker. Copies that touch no network (local source,
     local output) run in batches of ``LOCAL_RUN``, at most ``LOCAL_THREADS`` batches at
     once, each batch holding one of the ``max_in_flight`` slots. Files land under

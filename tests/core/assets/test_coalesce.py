@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 import refiner_core as mdr
+from refiner_core.io import datafile
 
 from .media import blocks, launch, read_rows, write_files
 
@@ -285,13 +285,13 @@ def test_large_blob_is_copied_whole_into_its_own_block(tmp_path, monkeypatch):
     # record whole-file copies (the worker process is forked from this one)
     calls = tmp_path / "copies"
     calls.mkdir()
-    original = shutil.copyfile
+    original = datafile.copy_file
 
-    def recording_copyfile(src, dst, *args, **kwargs):
+    def recording_copy_file(src, dst):
         (calls / f"{len(list(calls.iterdir()))}").write_text(f"{src}\n{dst}")
-        return original(src, dst, *args, **kwargs)
+        return original(src, dst)
 
-    monkeypatch.setattr(shutil, "copyfile", recording_copyfile)
+    monkeypatch.setattr(datafile, "copy_file", recording_copy_file)
     out = tmp_path / "repacked"
     summary = _repack(source, out, config)
     new_blocks = blocks(out)
@@ -319,14 +319,14 @@ def test_a_failed_whole_copy_fails_naming_the_row_and_leaves_no_block(tmp_path, 
     )
     source_blocks = blocks(source)
     assert len(source_blocks) == 6
-    original = shutil.copyfile
+    original = datafile.copy_file
 
-    def failing_copyfile(src, dst, *args, **kwargs):
+    def failing_copy_file(src, dst):
         if src == str(source_blocks[3]):
             raise OSError(f"disk full while copying {src}")
-        return original(src, dst, *args, **kwargs)
+        return original(src, dst)
 
-    monkeypatch.setattr(shutil, "copyfile", failing_copyfile)  # the forked worker inherits it
+    monkeypatch.setattr(datafile, "copy_file", failing_copy_file)  # the forked worker inherits it
     out = tmp_path / "repacked"
     with pytest.raises(mdr.StageFailed, match=r"(?s)row 3.*disk full"):
         _repack(source, out, config)
