@@ -6,7 +6,7 @@ ratio always compares two medians measured in the same run. The public
 ``macrodata-refiner`` library (``bench/peer/``) runs inside the pack, copy and
 ``map_async`` scripts, between refiner's runs on the same data::
 
-    .venv/bin/python bench/run_all.py                      # everything, about 40 minutes
+    .venv/bin/python bench/run_all.py                      # everything, about 30 minutes
     .venv/bin/python bench/run_all.py --quick              # small sizes, a few minutes
     .venv/bin/python bench/run_all.py --only pack,copy --skip-peer
 
