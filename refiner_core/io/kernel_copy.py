@@ -26,7 +26,7 @@ import os
 
 CHUNK = 8 * 1024 * 1024
 # errors meaning "this kernel or filesystem cannot do it this way", not "the copy failed"
-_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF}
+_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
 _copy_file_range_works = hasattr(os, "copy_file_range")
 _sendfile_works = hasattr(os, "sendfile")
 
