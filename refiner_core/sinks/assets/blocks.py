@@ -32,8 +32,7 @@ class BlockWriter:
         self._file: Any = None
         self._url = ""
         self._offset = 0
-        self._fileno_of: Any = None
-        self._fd: int | None = None
+        self._fd: int | None = None  # the open block's descriptor, when it is a local file
         self._behind = False  # kernel copies wrote past the file object's position
 
     def _next_relative(self) -> str:
@@ -48,6 +47,7 @@ class BlockWriter:
             self.counters["block_bytes"] += self._offset
             self._stack = None
             self._file = None
+            self._fd = None
 
     def _room_for(self, size: int) -> None:
         if self._stack is not None and self._offset > 0 and self._offset + size > self.target:
@@ -60,18 +60,18 @@ class BlockWriter:
             )
             self._url = self.folder.url_of(relative)
             self._offset = 0
+            self._fd = _descriptor(self._file)
             self._behind = False
 
     def append(self, source: Source) -> tuple[str, int]:
         """Append one asset; returns ``(block url, offset)``."""
         self._room_for(source.size)
         start = self._offset
-        fileno = self._fileno() if source.fd is not None else None
-        if fileno is not None:
+        if source.fd is not None and self._fd is not None:
             if not self._behind:
                 self._file.flush()  # the kernel copy lands after the bytes written so far
             try:
-                copy_range(source.fd, source.offset, fileno, start, source.size)
+                copy_range(source.fd, source.offset, self._fd, start, source.size)
             except EOFError as exc:
                 raise EOFError(
                     f"asset {source.url} ended early while it was packed: {exc}"
@@ -92,16 +92,6 @@ class BlockWriter:
             )
         self._offset += written
         return self._url, start
-
-    def _fileno(self) -> int | None:
-        """The open block's descriptor when it is a local file (a kernel copy can fill it)."""
-        if self._fileno_of is not self._file:
-            self._fileno_of = self._file
-            try:
-                self._fd = self._file.fileno()
-            except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
-                self._fd = None
-        return self._fd
 
     def readable_path(self, url: str) -> str:
         """Where the bytes of block ``url`` can be read now: the open block's temporary
@@ -135,3 +125,11 @@ class BlockWriter:
             with contextlib.suppress(Exception):
                 self._stack.__exit__(type(error), error, None)
             self._stack = None
+
+
+def _descriptor(file: Any) -> int | None:
+    """``file``'s descriptor when it is a local file (a kernel copy can fill it)."""
+    try:
+        return file.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -173,19 +174,18 @@ def _open_local(fs: Any, path: str, url: str, keep_open: bool = False) -> Source
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise MissingAsset(url) from exc
+    source = Source(size=0, url=url, fd=fd)
     try:
-        size = os.fstat(fd).st_size
-        if keep_open:
-            return Source(size=size, url=url, fd=fd)
-        if size > INLINE_LIMIT:
-            return Source(size=size, fs=fs, path=path, url=url)
-        with open(fd, "rb", buffering=0, closefd=False) as f:
-            data = f.readall()
+        source.size = os.fstat(fd).st_size
     except BaseException:
-        os.close(fd)
+        source.close()
         raise
-    os.close(fd)
-    return Source(size=len(data), data=data)
+    if keep_open:
+        return source
+    with contextlib.closing(source):
+        if source.size > INLINE_LIMIT:
+            return Source(size=source.size, fs=fs, path=path, url=url)
+        return Source(size=source.size, data=b"".join(source.chunks()))
 
 
 def source_size(url: str, filesystems: Filesystems) -> int:
