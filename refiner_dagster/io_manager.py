@@ -280,12 +280,10 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         engine_run_id: str,
         pipeline: mdr.Pipeline,
         started: float,
-        counters: dict[str, int] | None = None,
+        counters: dict[str, int],
     ) -> dict[str, int]:
-        """Mark ``version`` written by ``engine_run_id``; returns its committed counters
-        (``counters`` when the caller has just summed them)."""
-        if counters is None:
-            counters = committed_counters(version, engine_run_id)
+        """Mark ``version`` written by ``engine_run_id`` with its committed ``counters``
+        (:func:`committed_counters`); returns them."""
         version.storage.record(
             version,
             state=WRITTEN,
@@ -321,7 +319,11 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
                 write_only, context, settings.num_workers, self.progress_log_seconds, rundir=rundir
             )
             counters = self.record_written(
-                version, engine_run_id=stats.run_id, pipeline=write_stage.pipeline, started=started
+                version,
+                engine_run_id=stats.run_id,
+                pipeline=write_stage.pipeline,
+                started=started,
+                counters=committed_counters(version, stats.run_id),
             )
         except BaseException:
             # With a retry policy the unpublished version stays for the retry to resume
