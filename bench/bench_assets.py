@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import refiner_core as mdr  # noqa: E402
-from bench.peer.runner import Peer  # noqa: E402
+from bench.peer.runner import Peer, add_peer_option, peer_from  # noqa: E402
 from bench.results import Result, add_json_option, write_results  # noqa: E402
 
 KIB = 1024
@@ -517,17 +517,10 @@ def main() -> None:
         "--pack-only", action="store_true", help="only the packing cases of the speed run"
     )
     parser.add_argument("--dir", default=None, help="parent of the temporary data folder")
-    parser.add_argument(
-        "--peer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also run macrodata-refiner from bench/peer/.venv (default: when it exists)",
-    )
+    add_peer_option(parser)
     add_json_option(parser)
     args = parser.parse_args()
-    peer = Peer.find() if args.peer is not False else None
-    if args.peer and peer is None:
-        parser.error("--peer: bench/peer/.venv is missing; run bash bench/peer/setup.sh")
+    peer = peer_from(args, parser)
     results: list[Result] = []
     work = Path(tempfile.mkdtemp(prefix="refiner-bench-assets-", dir=args.dir))
     print(f"data folder: {work} ({shutil.disk_usage(work).free / 2**30:,.0f} GiB free)")

@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import refiner_core as mdr  # noqa: E402
-from bench.peer.runner import Peer  # noqa: E402
+from bench.peer.runner import Peer, add_peer_option, peer_from  # noqa: E402
 from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.execution.stages import ShardedStage  # noqa: E402
 
@@ -182,17 +182,10 @@ def main() -> None:
     parser.add_argument("--noop-rows", type=int, default=200_000)
     parser.add_argument("--batch-rows", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument(
-        "--peer",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also run macrodata-refiner from bench/peer/.venv (default: when it exists)",
-    )
+    add_peer_option(parser)
     add_json_option(parser)
     args = parser.parse_args()
-    peer = Peer.find() if args.peer is not False else None
-    if args.peer and peer is None:
-        parser.error("--peer: bench/peer/.venv is missing; run bash bench/peer/setup.sh")
+    peer = peer_from(args, parser)
     try:
         results = run(args, peer)
     finally:

@@ -16,6 +16,7 @@ port this process holds bound but not listening, so the library's one call home 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -99,3 +100,21 @@ class Peer:
             self._sock.close()
             self._sock = None
         shutil.rmtree(self._config, ignore_errors=True)
+
+
+def add_peer_option(parser: argparse.ArgumentParser) -> None:
+    """``--peer`` / ``--no-peer``: run macrodata-refiner too (default: when its venv exists)."""
+    parser.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run macrodata-refiner from bench/peer/.venv (default: when it exists)",
+    )
+
+
+def peer_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Peer | None:
+    """The peer ``--peer`` asks for; a usage error when it was asked for and is missing."""
+    peer = Peer.find() if args.peer is not False else None
+    if args.peer and peer is None:
+        parser.error("--peer: bench/peer/.venv is missing; run bash bench/peer/setup.sh")
+    return peer
