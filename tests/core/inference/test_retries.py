@@ -146,11 +146,11 @@ def test_dropped_connection_is_retried(openai_server):
 
 
 def test_slow_response_times_out_then_retries(openai_server):
-    openai_server.enqueue(Fault(delay=1.0))
+    openai_server.enqueue(Fault(delay=3.0))
     generator = make(openai_server, timeout=0.2)
     started = time.monotonic()
     assert run_generate(generator, "hi").text == "echo: hi"
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # did not wait for the slow answer
     assert generator.usage["retries"] == 1
 
 
