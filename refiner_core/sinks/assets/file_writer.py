@@ -16,6 +16,10 @@ from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_mis
 # at most LOCAL_THREADS runs at once (more threads only contend for the GIL).
 LOCAL_RUN = 64
 LOCAL_THREADS = 4
+# Copied files go to one folder per this many rows. A local filesystem creates one
+# file at a time per folder (the folder's lock is held while the inode is allocated),
+# so threads that copy into different folders create files in parallel.
+ROWS_PER_FOLDER = 1000
 
 
 class FileAssetWriter(AssetWriterBase):
@@ -24,8 +28,9 @@ class FileAssetWriter(AssetWriterBase):
     Same-filesystem copies are server-side (``fs.copy``; locally a kernel copy), other
     copies stream through this worker. Copies that touch no network (local source,
     local output) run in batches of ``LOCAL_RUN``, at most ``LOCAL_THREADS`` batches at
-    once, each batch holding one of the ``max_in_flight`` slots. Files land under
-    ``<output>/<subdir>/<shard>__<attempt>/<column>/<row>_<name>``.
+    once, each batch holding one of the ``max_in_flight`` slots; batches go out in
+    turn from different row folders. Files land under
+    ``<output>/<subdir>/<shard>__<attempt>/<column>/<row // 1000>/<row>_<name>``.
     """
 
     output_form = "path"
@@ -89,16 +94,16 @@ class FileAssetWriter(AssetWriterBase):
         results: list[Any] = list(values)
         jobs = list(self.jobs(column, values, dropped))
         directory = f"{self.attempt_dir}/{column.dirname}"
+        form = column.info.form
         relatives = [
-            f"{directory}/{asset_file_name(first_row + row, element, value, column.info.form)}"
+            f"{directory}/{asset_path(first_row + row, element, value, form)}"
             for row, element, value in jobs
         ]
-        form = column.info.form
         local_jobs = [
             k for k, job in enumerate(jobs) if self.local_output and not is_remote(job[2], form)
         ]
         is_local_job = set(local_jobs)
-        runs = [local_jobs[i : i + LOCAL_RUN] for i in range(0, len(local_jobs), LOCAL_RUN)]
+        runs = local_runs(local_jobs, [first_row + row for row, _, _ in jobs])
         runs += [[k] for k in range(len(jobs)) if k not in is_local_job]
         tasks = [
             asyncio.ensure_future(
@@ -142,3 +147,33 @@ class FileAssetWriter(AssetWriterBase):
                 else:
                     sums[row][element] = checksum
         return results
+
+
+def asset_path(row: int, element: int | None, value: Any, form: str) -> str:
+    """``<row folder>/<file name>`` of one copied asset, relative to its column folder.
+
+    >>> asset_path(12_345, None, "/data/clip.mp4", "path")
+    '00012/00012345_clip.mp4'
+    """
+    return f"{row // ROWS_PER_FOLDER:05d}/{asset_file_name(row, element, value, form)}"
+
+
+def local_runs(jobs: list[int], rows: list[int]) -> list[list[int]]:
+    """Batches of at most ``LOCAL_RUN`` of ``jobs`` (indexes into ``rows``), each within
+    one row folder, ordered so that consecutive batches come from different folders.
+
+    >>> local_runs([0, 1, 2], [0, 1_000, 1_001])
+    [[0], [1, 2]]
+    >>> [len(r) for r in local_runs(list(range(130)), [r * 10 for r in range(130)])]
+    [64, 30, 36]
+    """
+    by_folder: dict[int, list[int]] = {}
+    for k in jobs:
+        by_folder.setdefault(rows[k] // ROWS_PER_FOLDER, []).append(k)
+    queues = [
+        [ks[i : i + LOCAL_RUN] for i in range(0, len(ks), LOCAL_RUN)] for ks in by_folder.values()
+    ]
+    runs: list[list[int]] = []
+    for turn in range(max((len(q) for q in queues), default=0)):
+        runs.extend(q[turn] for q in queues if turn < len(q))
+    return runs

@@ -53,9 +53,9 @@ def test_file_config_layout_and_readable_names(tmp_path):
     assert shard == "00000" and len(attempt_id) == 12
     assert data_files(out) == [out / f"{attempt.name}.parquet"]
     assert relative_files(out, "assets") == [
-        f"assets/{attempt.name}/front_cam_left/00000000_my_clip_1_.y4m",
-        f"assets/{attempt.name}/front_cam_left/00000001_plain.y4m",
-        f"assets/{attempt.name}/front_cam_left/00000002_n_.y4m",
+        f"assets/{attempt.name}/front_cam_left/00000/00000000_my_clip_1_.y4m",
+        f"assets/{attempt.name}/front_cam_left/00000/00000001_plain.y4m",
+        f"assets/{attempt.name}/front_cam_left/00000/00000002_n_.y4m",
     ]
     written = _by(read_rows(out))
     for row, name in zip(written, ["my clip (1).y4m", "plain.y4m", "ünï.y4m"], strict=True):
@@ -66,6 +66,41 @@ def test_file_config_layout_and_readable_names(tmp_path):
     assert summary["assets_written"] == 3
     assert summary["asset_bytes"] == len(b"clip-one") + len(b"plain") + len(b"unicode")
     assert summary["asset_dirs"] == [f"assets/{attempt.name}"]
+
+
+def test_file_config_puts_a_thousand_rows_in_each_folder(tmp_path):
+    sources = write_files(
+        tmp_path / "src", {f"{i}.bin": f"asset {i}".encode() for i in range(2_345)}
+    )
+    rows = [{"i": i, "blob": sources[f"{i}.bin"]} for i in range(2_345)]
+    out = tmp_path / "out"
+    summary = launch(
+        mdr.from_items(rows, items_per_shard=3_000, dtypes={"blob": dt.image_path()}).write_parquet(
+            str(out), assets=mdr.FileAssetConfig()
+        )
+    )
+    (attempt,) = attempt_dirs(out)
+    folders = sorted((attempt / "blob").iterdir())
+    assert [f.name for f in folders] == ["00000", "00001", "00002"]
+    assert [len(list(f.iterdir())) for f in folders] == [1_000, 1_000, 345]
+    for row in read_rows(out):
+        path = Path(row["blob"])
+        assert path.parent.name == f"{row['i'] // 1_000:05d}"
+        assert path.name == f"{row['i']:08d}_{row['i']}.bin"
+        assert path.read_bytes() == f"asset {row['i']}".encode()
+    assert summary["assets_written"] == 2_345
+
+
+def test_local_copies_go_out_in_turn_from_different_row_folders():
+    from refiner_core.sinks.assets.file_writer import LOCAL_RUN, local_runs
+
+    rows = list(range(3_000))
+    runs = local_runs(rows, rows)
+    assert sorted(k for run in runs for k in run) == rows
+    folders = [{rows[k] // 1_000 for k in run} for run in runs]
+    assert all(len(f) == 1 for f in folders) and all(len(run) <= LOCAL_RUN for run in runs)
+    # the first batches, the ones copied at the same time, each come from another folder
+    assert [f.pop() for f in folders[:6]] == [0, 1, 2, 0, 1, 2]
 
 
 def test_file_config_one_attempt_folder_per_shard_and_subdir(tmp_path):
@@ -84,12 +119,12 @@ def test_file_config_one_attempt_folder_per_shard_and_subdir(tmp_path):
     assert not (out / "assets").exists()
     names = [p.relative_to(out / "media" / "v1").parts for p in blocks_or_files(out, "media/v1")]
     # each shard numbers its rows from 0
-    assert sorted((parts[0][:5], parts[1], parts[2]) for parts in names) == [
-        ("00000", "video", "00000000_episode_000.y4m"),
-        ("00000", "video", "00000001_episode_001.y4m"),
-        ("00001", "video", "00000000_episode_002.y4m"),
-        ("00001", "video", "00000001_episode_003.y4m"),
-        ("00002", "video", "00000000_episode_004.y4m"),
+    assert sorted((parts[0][:5], *parts[1:]) for parts in names) == [
+        ("00000", "video", "00000", "00000000_episode_000.y4m"),
+        ("00000", "video", "00000", "00000001_episode_001.y4m"),
+        ("00001", "video", "00000", "00000000_episode_002.y4m"),
+        ("00001", "video", "00000", "00000001_episode_003.y4m"),
+        ("00002", "video", "00000", "00000000_episode_004.y4m"),
     ]
     for row in read_rows(out):
         assert Path(row["video"]).read_bytes() == Path(videos[row["i"]]).read_bytes()
@@ -266,7 +301,7 @@ def test_list_of_paths_column(tmp_path, config):
     else:
         (attempt,) = attempt_dirs(out)
         assert relative_files(out, "assets") == [
-            f"assets/{attempt.name}/frames/{name}"
+            f"assets/{attempt.name}/frames/00000/{name}"
             for name in [
                 "00000000-0000_f0.jpg",
                 "00000000-0001_f1.jpg",
@@ -316,8 +351,10 @@ def test_inline_bytes_columns_and_lists_of_bytes(tmp_path, config):
         assert audio_block.read_bytes() == b"".join(b"".join(r["audio"]) for r in rows)
     else:
         (attempt,) = attempt_dirs(out)
-        assert f"assets/{attempt.name}/image/00000002.bin" in relative_files(out, "assets")
-        assert f"assets/{attempt.name}/audio/00000001-0001.bin" in relative_files(out, "assets")
+        assert f"assets/{attempt.name}/image/00000/00000002.bin" in relative_files(out, "assets")
+        assert f"assets/{attempt.name}/audio/00000/00000001-0001.bin" in relative_files(
+            out, "assets"
+        )
 
 
 # schema marks ---------------------------------------------------------------------

@@ -197,7 +197,7 @@ def test_drop_row_drops_rows_with_a_missing_element(tmp_path, media, config_name
     if config_name == "file":
         # the copy already made for row 1's first element is gone with its row
         (attempt,) = attempt_dirs(out)
-        assert sorted(p.name for p in (attempt / "frames").iterdir()) == [
+        assert sorted(p.name for p in (attempt / "frames" / "00000").iterdir()) == [
             "00000000-0000_0.y4m",
             "00000000-0001_1.y4m",
             "00000003-0001_3.y4m",
@@ -226,10 +226,10 @@ def test_drop_row_in_a_later_column_removes_earlier_copies(tmp_path, media):
     assert sorted(r["i"] for r in read_rows(out)) == [0, 2]
     (attempt,) = attempt_dirs(out)
     assert sorted(str(p.relative_to(attempt)) for p in attempt.rglob("*") if p.is_file()) == [
-        "thumb/00000000_1.y4m",
-        "thumb/00000002_4.y4m",
-        "video/00000000_0.y4m",
-        "video/00000002_3.y4m",
+        "thumb/00000/00000000_1.y4m",
+        "thumb/00000/00000002_4.y4m",
+        "video/00000/00000000_0.y4m",
+        "video/00000/00000002_3.y4m",
     ]
     assert summary["assets_written"] == 4
     assert summary["asset_bytes"] == 4 * len(b"video-0")
