@@ -95,10 +95,10 @@ class FileAssetWriter(AssetWriterBase):
         jobs = list(self.jobs(column, values, dropped))
         directory = f"{self.attempt_dir}/{column.dirname}"
         form = column.info.form
-        relatives = [
-            f"{directory}/{asset_path(first_row + row, element, value, form)}"
-            for row, element, value in jobs
-        ]
+        names = [asset_path(first_row + row, element, value, form) for row, element, value in jobs]
+        relatives = [f"{directory}/{name}" for name in names]
+        # names hold safe characters only, so the column folder's URL is their prefix
+        directory_url = self.folder.url_of(directory)
         local_jobs = [
             k for k, job in enumerate(jobs) if self.local_output and not is_remote(job[2], form)
         ]
@@ -127,8 +127,8 @@ class FileAssetWriter(AssetWriterBase):
         if self.config.checksum is not None:
             sums = [[None] * len(v) if column.info.is_list and v else None for v in values]
             self._column_sums[column.name] = sums
-        for (row, element, value), relative, (size, error) in zip(
-            jobs, relatives, outcomes, strict=True
+        for (row, element, value), name, relative, (size, error) in zip(
+            jobs, names, relatives, outcomes, strict=True
         ):
             if error is not None:
                 if isinstance(error, MissingAsset):
@@ -139,7 +139,7 @@ class FileAssetWriter(AssetWriterBase):
             self.counters["assets_written"] += 1
             self.counters["asset_bytes"] += size
             written.setdefault(row, []).append((relative, size))
-            self.place(results, column, values, row, element, self.folder.url_of(relative))
+            self.place(results, column, values, row, element, f"{directory_url}/{name}")
             if sums is not None:
                 checksum = self._sums.pop(relative)
                 if element is None:

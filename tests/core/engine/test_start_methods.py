@@ -207,3 +207,25 @@ def test_workers_see_the_environment_of_the_launch(tmp_path, monkeypatch, start_
     pipeline.write_parquet(str(again)).launch_local(start_method=start_method)
     regions = [pq.read_table(data_files(o)[0]).column("region")[0].as_py() for o in (out, again)]
     assert regions == ["first", "second"]
+
+
+def test_forked_workers_inherit_pyarrows_pandas_check(tmp_path):
+    """pyarrow imports pandas (when installed) on its first conversion of a Python list
+    in a process; the launcher does it before forking, so no worker pays for it."""
+    pytest.importorskip("pandas")
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import sys\n"
+        "import refiner_core as mdr\n"
+        "assert 'pandas' not in sys.modules\n"
+        "seen = (\n"
+        "    mdr.from_items([{'i': 1}])\n"
+        "    .map(lambda row: {**row, 'already': 'pandas' in sys.modules})\n"
+        "    .write_jsonl(sys.argv[1])\n"
+        "    .launch_local(num_workers=1, start_method='fork')\n"
+        ")\n"
+    )
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=120)
+    (data,) = data_files(out, ".jsonl")
+    assert [json.loads(line)["already"] for line in data.read_text().splitlines()] == [True]
