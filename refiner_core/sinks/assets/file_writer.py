@@ -155,7 +155,16 @@ def asset_path(row: int, element: int | None, value: Any, form: str) -> str:
     >>> asset_path(12_345, None, "/data/clip.mp4", "path")
     '00012/00012345_clip.mp4'
     """
-    return f"{row // ROWS_PER_FOLDER:05d}/{asset_file_name(row, element, value, form)}"
+    return f"{row_folder(row)}/{asset_file_name(row, element, value, form)}"
+
+
+def row_folder(row: int) -> str:
+    """The folder of ``row``'s copied files: one per ``ROWS_PER_FOLDER`` rows.
+
+    >>> row_folder(999), row_folder(1_000)
+    ('00000', '00001')
+    """
+    return f"{row // ROWS_PER_FOLDER:05d}"
 
 
 def local_runs(jobs: list[int], rows: list[int]) -> list[list[int]]:
@@ -167,9 +176,9 @@ def local_runs(jobs: list[int], rows: list[int]) -> list[list[int]]:
     >>> [len(r) for r in local_runs(list(range(130)), [r * 10 for r in range(130)])]
     [64, 30, 36]
     """
-    by_folder: dict[int, list[int]] = {}
+    by_folder: dict[str, list[int]] = {}
     for k in jobs:
-        by_folder.setdefault(rows[k] // ROWS_PER_FOLDER, []).append(k)
+        by_folder.setdefault(row_folder(rows[k]), []).append(k)
     queues = [
         [ks[i : i + LOCAL_RUN] for i in range(0, len(ks), LOCAL_RUN)] for ks in by_folder.values()
     ]

@@ -212,7 +212,8 @@ def test_workers_see_the_environment_of_the_launch(tmp_path, monkeypatch, start_
 def test_forked_workers_inherit_pyarrows_pandas_check(tmp_path):
     """pyarrow imports pandas (when installed) on its first conversion of a Python list
     in a process; the launcher does it before forking, so no worker pays for it."""
-    pytest.importorskip("pandas")
+    import pandas  # noqa: F401  (a test dependency: the check is about its import)
+
     script = tmp_path / "check.py"
     script.write_text(
         "import sys\n"
