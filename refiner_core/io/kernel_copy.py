@@ -59,12 +59,16 @@ def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, size: int) 
         done += os.pwrite(dst, chunk, dst_offset + done)
 
 
-def copy_file(source: str, destination: str) -> int:
+def copy_file(source: str, destination: str, size: int | None = None) -> int:
     """Copy the local file ``source`` to ``destination`` (created or truncated); returns
-    the number of bytes copied. ``FileNotFoundError`` when ``source`` does not exist."""
+    the number of bytes copied. ``FileNotFoundError`` when ``source`` does not exist.
+
+    ``size``, when the caller has just stat'ed ``source``, saves an ``fstat``; a source
+    that shrank since then raises ``EOFError``."""
     src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(src).st_size
+        if size is None:
+            size = os.fstat(src).st_size
         dst = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
         try:
             copy_range(src, 0, dst, 0, size)

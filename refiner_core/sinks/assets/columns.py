@@ -52,7 +52,7 @@ def asset_file_name(row: int, element: int | None, value: object, form: str) -> 
     """``<row>[-<element>]_<source name>`` for file-per-asset outputs."""
     prefix = f"{row:08d}" if element is None else f"{row:08d}-{element:04d}"
     if form == "path" and isinstance(value, str):
-        base = posixpath.basename(value.rstrip("/").split("?", 1)[0])
+        base = value.rstrip("/").split("?", 1)[0].rpartition("/")[2]
         return f"{prefix}_{safe_name(base, fallback='asset')}"
     if form == "blob" and isinstance(value, dict):
         base = posixpath.basename(str(value.get("path", "")))

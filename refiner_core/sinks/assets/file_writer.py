@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from ...io.checksum import Hasher
 from ...io.datafile import is_local
+from ...io.kernel_copy import copy_file
 from .base import AssetWriterBase
 from .columns import asset_file_name
 from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_missing
@@ -41,6 +43,8 @@ class FileAssetWriter(AssetWriterBase):
         self._local_slots = asyncio.Semaphore(min(LOCAL_THREADS, config.max_in_flight))
         self._sums: dict[str, str] = {}  # relative path -> checksum of the copy
         self._column_sums: dict[str, list[Any]] = {}
+        self._made_dirs: set[str] = set()
+        self._paths: dict[str, str] = {}  # column folder -> its local path
 
     def take_checksums(self, column: Any) -> list[Any] | None:
         return self._column_sums.pop(column.name, None)
@@ -79,14 +83,48 @@ class FileAssetWriter(AssetWriterBase):
                 outcomes.append((None, exc))
         return outcomes
 
-    async def _run(
-        self, items: list[tuple[str, Any]], form: str, *, local: bool
-    ) -> list[tuple[Any, Any]]:
+    def _kernel_copy_run(self, items: list[tuple[str, Any]], folder: str) -> list[tuple[Any, Any]]:
+        """Copy local ``(file name, path)`` items into the local ``folder`` inside the
+        kernel; ``(size, error)`` for each. What :meth:`_copy` does for them, with one
+        ``stat`` (the source policy's, whose size the copy reuses) and no per-file
+        path checks: the names are built from safe characters only."""
+        if folder not in self._made_dirs:
+            os.makedirs(folder, exist_ok=True)
+            self._made_dirs.add(folder)
+        check = self.filesystems.policy.check_local_file
+        outcomes: list[tuple[Any, Any]] = []
+        for name, value in items:
+            try:
+                path, size = check(check_path(value))
+                outcomes.append((copy_file(path, f"{folder}/{name}", size), None))
+            except FileNotFoundError:
+                outcomes.append((None, MissingAsset(value)))
+            except Exception as exc:
+                outcomes.append((None, exc))
+        return outcomes
+
+    async def _run(self, fn: Any, items: list[tuple[str, Any]], arg: str, *, local: bool) -> Any:
         if local:
             async with self._local_slots, self._slots:
-                return await self.in_thread(self._copy_run, items, form)
+                return await self.in_thread(fn, items, arg)
         async with self._slots:
-            return await self.in_thread(self._copy_run, items, form)
+            return await self.in_thread(fn, items, arg)
+
+    def _start(self, run, jobs, names, directory, form, local):
+        """The copy of one run of jobs: in the kernel when it can, else through :meth:`_copy`."""
+        if local and form == "path" and self.config.checksum is None:
+            # local source, local output: a run lies in one row folder (``local_runs``)
+            folder = f"{self._folder_path(directory)}/{names[run[0]].partition('/')[0]}"
+            items = [(names[k].partition("/")[2], jobs[k][2]) for k in run]
+            return self._run(self._kernel_copy_run, items, folder, local=True)
+        items = [(f"{directory}/{names[k]}", jobs[k][2]) for k in run]
+        return self._run(self._copy_run, items, form, local=local)
+
+    def _folder_path(self, directory: str) -> str:
+        path = self._paths.get(directory)
+        if path is None:
+            path = self._paths[directory] = self.folder.join(directory)
+        return path
 
     async def _write_column(
         self, column, values, dropped, written, *, shard_id, first_row
@@ -96,21 +134,12 @@ class FileAssetWriter(AssetWriterBase):
         directory = f"{self.attempt_dir}/{column.dirname}"
         form = column.info.form
         names = [asset_path(first_row + row, element, value, form) for row, element, value in jobs]
-        relatives = [f"{directory}/{name}" for name in names]
-        # names hold safe characters only, so the column folder's URL is their prefix
-        directory_url = self.folder.url_of(directory)
-        local_jobs = [
-            k for k, job in enumerate(jobs) if self.local_output and not is_remote(job[2], form)
-        ]
-        is_local_job = set(local_jobs)
-        runs = local_runs(local_jobs, [first_row + row for row, _, _ in jobs])
-        runs += [[k] for k in range(len(jobs)) if k not in is_local_job]
+        local = [self.local_output and not is_remote(value, form) for _, _, value in jobs]
+        folders = [name.partition("/")[0] for name in names]
+        runs = local_runs([k for k, is_local in enumerate(local) if is_local], folders)
+        runs += [[k] for k, is_local in enumerate(local) if not is_local]
         tasks = [
-            asyncio.ensure_future(
-                self._run(
-                    [(relatives[k], jobs[k][2]) for k in run], form, local=run[0] in is_local_job
-                )
-            )
+            asyncio.ensure_future(self._start(run, jobs, names, directory, form, local[run[0]]))
             for run in runs
         ]
         try:
@@ -127,17 +156,19 @@ class FileAssetWriter(AssetWriterBase):
         if self.config.checksum is not None:
             sums = [[None] * len(v) if column.info.is_list and v else None for v in values]
             self._column_sums[column.name] = sums
-        for (row, element, value), name, relative, (size, error) in zip(
-            jobs, names, relatives, outcomes, strict=True
-        ):
+        # names hold safe characters only, so the column folder's URL is their prefix
+        directory_url = self.folder.url_of(directory)
+        copied = copied_bytes = 0
+        for (row, element, value), name, (size, error) in zip(jobs, names, outcomes, strict=True):
             if error is not None:
                 if isinstance(error, MissingAsset):
                     new = self.on_missing(column, first_row + row, element, error.path, shard_id)
                     self.place(results, column, values, row, element, new)
                     continue
                 raise self.fail(column, first_row + row, element, value, error, shard_id)
-            self.counters["assets_written"] += 1
-            self.counters["asset_bytes"] += size
+            copied += 1
+            copied_bytes += size
+            relative = f"{directory}/{name}"
             written.setdefault(row, []).append((relative, size))
             self.place(results, column, values, row, element, f"{directory_url}/{name}")
             if sums is not None:
@@ -146,6 +177,8 @@ class FileAssetWriter(AssetWriterBase):
                     sums[row] = checksum
                 else:
                     sums[row][element] = checksum
+        self.counters["assets_written"] += copied
+        self.counters["asset_bytes"] += copied_bytes
         return results
 
 
@@ -167,18 +200,20 @@ def row_folder(row: int) -> str:
     return f"{row // ROWS_PER_FOLDER:05d}"
 
 
-def local_runs(jobs: list[int], rows: list[int]) -> list[list[int]]:
-    """Batches of at most ``LOCAL_RUN`` of ``jobs`` (indexes into ``rows``), each within
-    one row folder, ordered so that consecutive batches come from different folders.
+def local_runs(jobs: list[int], folders: list[str]) -> list[list[int]]:
+    """Batches of at most ``LOCAL_RUN`` of ``jobs`` (indexes into ``folders``, each job's
+    row folder), each within one row folder, ordered so that consecutive batches come
+    from different folders.
 
-    >>> local_runs([0, 1, 2], [0, 1_000, 1_001])
+    >>> local_runs([0, 1, 2], ["00000", "00001", "00001"])
     [[0], [1, 2]]
-    >>> [len(r) for r in local_runs(list(range(130)), [r * 10 for r in range(130)])]
+    >>> folders = [row_folder(r * 10) for r in range(130)]
+    >>> [len(r) for r in local_runs(list(range(130)), folders)]
     [64, 30, 36]
     """
     by_folder: dict[str, list[int]] = {}
     for k in jobs:
-        by_folder.setdefault(row_folder(rows[k]), []).append(k)
+        by_folder.setdefault(folders[k], []).append(k)
     queues = [
         [ks[i : i + LOCAL_RUN] for i in range(0, len(ks), LOCAL_RUN)] for ks in by_folder.values()
     ]

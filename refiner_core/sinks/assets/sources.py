@@ -141,6 +141,11 @@ class SourcePolicy:
     def check_local(self, value: str) -> str:
         """Refuse the local source ``value`` or return its absolute path (resolved when
         ``allowed`` lists folders, so the file opened is the file judged)."""
+        return self.check_local_file(value)[0]
+
+    def check_local_file(self, value: str) -> tuple[str, int | None]:
+        """:meth:`check_local`, and the size of the file judged (``None`` when it could
+        not be stat'ed: missing or unreadable, which opening it then reports)."""
         path = os.path.abspath(_strip_file(value))
         if self.allowed is not None:
             path = os.path.realpath(path)
@@ -156,7 +161,7 @@ class SourcePolicy:
         try:
             info = os.stat(path)
         except OSError:  # missing or unreadable: reported when it is opened
-            return path
+            return path, None
         root = _pseudo_devices().get(info.st_dev)
         if root is not None and not self._listed_inside(os.path.realpath(path), root):
             self._refuse_pseudo(value, path, root)
@@ -165,4 +170,4 @@ class SourcePolicy:
                 f"source {value!r} is not a regular file (a folder, device, FIFO or socket); "
                 "asset sources must be files"
             )
-        return path
+        return path, info.st_size

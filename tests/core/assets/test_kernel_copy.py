@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -140,3 +141,62 @@ def test_no_source_stays_open_after_a_column_is_packed(tmp_path):
     blocks = {ref["path"] for ref in references}
     assert len(blocks) == 1 and os.path.exists(blocks.pop())
     assert [mdr.read_blob(ref) for ref in references] == [b"%03d" % i for i in range(60)]
+
+
+def test_copy_file_of_a_known_size_uses_no_fstat_and_fails_on_a_shrunk_source(
+    tmp_path, monkeypatch
+):
+    """A caller that has just stat'ed the source passes its size; a source that shrank
+    since then is an ``EOFError``, never a short copy."""
+    (tmp_path / "src").write_bytes(b"x" * 1000)
+
+    def no_fstat(fd):
+        raise AssertionError("fstat called although the size was given")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(kernel_copy.os, "fstat", no_fstat)
+        assert kernel_copy.copy_file(str(tmp_path / "src"), str(tmp_path / "a"), 1000) == 1000
+    assert (tmp_path / "a").read_bytes() == b"x" * 1000
+    with pytest.raises(EOFError, match="ended 500 bytes early"):
+        kernel_copy.copy_file(str(tmp_path / "src"), str(tmp_path / "b"), 1500)
+
+
+def test_local_file_copies_stat_each_source_once(tmp_path, monkeypatch):
+    """``FileAssetConfig`` judges a local source with one ``stat`` and copies it with the
+    size that ``stat`` gave: no ``fstat`` and no second path check per file."""
+    from refiner_core.sinks.assets.file_writer import FileAssetWriter
+
+    names = write_files(tmp_path / "src", {f"{i:03d}.bin": b"%03d" % i * 100 for i in range(150)})
+    paths = list(names.values())
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counted_stat(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path / "src")):
+            stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    real_fstat = os.fstat
+    fstats: list[str] = []
+
+    def counted_fstat(fd):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(tmp_path / "src")):
+                fstats.append(target)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(kernel_copy.os, "fstat", counted_fstat)
+    monkeypatch.setattr("refiner_core.sinks.assets.sources.os.stat", counted_stat)
+
+    async def run() -> pa.Table:
+        writer = FileAssetWriter(mdr.FileAssetConfig(), DataFolder(str(tmp_path / "out")), "a0")
+        tables = await writer.process(_table(paths), shard_id="00000", first_row=0)
+        await writer.close()
+        return tables[0]
+
+    table = asyncio.run(run())
+    assert sorted(stats) == sorted(paths) and fstats == []
+    copies = table.column("video").to_pylist()
+    assert [Path(c).read_bytes() for c in copies] == [b"%03d" % i * 100 for i in range(150)]
+    assert [Path(c).parent.name for c in copies] == ["00000"] * 150

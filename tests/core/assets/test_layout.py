@@ -92,10 +92,10 @@ def test_file_config_puts_a_thousand_rows_in_each_folder(tmp_path):
 
 
 def test_local_copies_go_out_in_turn_from_different_row_folders():
-    from refiner_core.sinks.assets.file_writer import LOCAL_RUN, local_runs
+    from refiner_core.sinks.assets.file_writer import LOCAL_RUN, local_runs, row_folder
 
     rows = list(range(3_000))
-    runs = local_runs(rows, rows)
+    runs = local_runs(rows, [row_folder(row) for row in rows])
     assert sorted(k for run in runs for k in run) == rows
     folders = [{rows[k] // 1_000 for k in run} for run in runs]
     assert all(len(f) == 1 for f in folders) and all(len(run) <= LOCAL_RUN for run in runs)
