@@ -51,6 +51,7 @@ from refiner_core.sinks.assets.file_writer import (  # noqa: E402
     LOCAL_THREADS,
     asset_path,
     local_runs,
+    row_folder,
 )
 
 
@@ -101,7 +102,7 @@ def bench_folders(paths: list[str], out: Path, retired: Retired, repeat: int, *,
     flat = [name.split("/", 1)[1] for name in names]
     layouts = {
         "one folder": (flat, [rows[i : i + LOCAL_RUN] for i in range(0, len(rows), LOCAL_RUN)]),
-        "a folder per 1,000 rows": (names, local_runs(rows, rows)),
+        "a folder per 1,000 rows": (names, local_runs(rows, [row_folder(row) for row in rows])),
     }
     runs: dict[str, list[float]] = {name: [] for name in layouts}
     for _ in range(repeat):
