@@ -10,7 +10,10 @@ median of ``--repeat`` runs is reported::
 - ``refiner_dagster`` against ``dagster``: target <= 2.5 s.
 
 It also reports which heavy modules each import pulled in (none of lance, s3fs, httpx,
-dagster_aws should be there: they are imported where they are used).
+dagster_aws should be there: they are imported where they are used). Like every
+benchmark here it exits 0 when it measured, target met or not: a miss shows as
+``OVER TARGET`` and as ``met: false`` in its record, so a run on a loaded machine is
+reported rather than failed.
 """
 
 from __future__ import annotations
@@ -52,12 +55,11 @@ def timed_import(module: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="fresh interpreters per import")
     add_json_option(parser)
     args = parser.parse_args()
-    failed = False
     results: list[Result] = []
     for module, baseline, target in CASES:
         ours: list[float] = []
@@ -72,7 +74,6 @@ def main() -> int:
             base.append(timed_import(baseline)["seconds"])
         mine, theirs = statistics.median(ours), statistics.median(base)
         verdict = "ok" if mine <= target else "OVER TARGET"
-        failed = failed or mine > target
         print(
             f"import {module}: {mine:.3f} s (median of {args.repeat}), import {baseline}: "
             f"{theirs:.3f} s, ratio {mine / theirs:.2f}x; target <= {target} s: {verdict}"
@@ -92,8 +93,7 @@ def main() -> int:
             )
         )
     write_results(args.json, results)
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
