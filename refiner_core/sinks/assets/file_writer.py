@@ -15,9 +15,19 @@ from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_mis
 
 # Local-to-local copies cost tens of microseconds each: a thread hand-off per file
 # would cost more than the copy, so they go to the threads in runs of this many, and
-# at most LOCAL_THREADS runs at once (more threads only contend for the GIL).
+# at most LOCAL_THREADS runs at once: one per CPU this process may use, at most 4.
+# Each copy releases the GIL around its system calls, so threads beyond the CPUs only
+# make them wait for it again.
 LOCAL_RUN = 64
-LOCAL_THREADS = 4
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+LOCAL_THREADS = min(4, _usable_cpus())
 # Copied files go to one folder per this many rows. A local filesystem creates one
 # file at a time per folder (the folder's lock is held while the inode is allocated),
 # so threads that copy into different folders create files in parallel.
