@@ -50,8 +50,8 @@ import dagster as dg  # noqa: E402
 import refiner_core as mdr  # noqa: E402
 from bench.bench_assets import make_files, paths_table, quiet  # noqa: E402
 from bench.results import Result, add_json_option, write_results  # noqa: E402
+from refiner_core.cpus import available_cpus  # noqa: E402
 from refiner_dagster import RefinerBlobIOManager, build_finalization_asset  # noqa: E402
-from refiner_dagster.cpus import available_cpus  # noqa: E402
 
 KIB = 1024
 TARGET_S = 2.0

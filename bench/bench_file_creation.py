@@ -3,7 +3,7 @@
 Generates ``--files`` files of ``--file-kib`` KiB (16,000 x 64 KiB by default) and times,
 as medians of ``--repeat`` runs:
 
-1. refiner's local copy (``copy_file`` on ``LOCAL_THREADS`` threads, batches of
+1. refiner's local copy (``copy_file`` on ``local_threads()`` threads, batches of
    ``LOCAL_RUN``) into one folder against the same copies laid out and ordered as
    ``FileAssetConfig`` does (a folder per 1,000 rows, batches in turn from different
    folders), alternating; each run writes into a fresh folder, the previous one emptied
@@ -48,9 +48,9 @@ from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.io.kernel_copy import copy_file  # noqa: E402
 from refiner_core.sinks.assets.file_writer import (  # noqa: E402
     LOCAL_RUN,
-    LOCAL_THREADS,
     asset_path,
     local_runs,
+    local_threads,
     row_folder,
 )
 
@@ -70,7 +70,7 @@ def copy_with_threads(paths: list[str], out: Path, relatives: list[str], runs: l
         for k in run:
             copy_file(paths[k], str(out / relatives[k]))
 
-    with ThreadPoolExecutor(LOCAL_THREADS) as pool:
+    with ThreadPoolExecutor(local_threads()) as pool:
         list(pool.map(batch, runs))
 
 
@@ -142,7 +142,7 @@ def main() -> None:
         out = work / "out"
         retired = Retired(work / "retired")
         data = f"{args.files:,} x {args.file_kib} KiB"
-        title = f"copy_file on {LOCAL_THREADS} threads, {data}"
+        title = f"copy_file on {local_threads()} threads, {data}"
         folders = report(title, bench_folders(paths, out, retired, args.repeat, delete=False))
         cleanup = report(f"cp -r of {data}", bench_cleanup(src, out, retired, args.repeat))
         deleted = report(

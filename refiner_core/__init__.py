@@ -30,7 +30,7 @@ from .sources.committed import UncommittedOutput
 
 # Submodules that are public as a whole, besides the names in ``__all__``: integrations
 # such as refiner_dagster import only these and ``__all__``.
-PUBLIC_MODULES = ("datatype", "errors", "inference", "io", "manifests", "vocabulary")
+PUBLIC_MODULES = ("cpus", "datatype", "errors", "inference", "io", "manifests", "vocabulary")
 
 
 def read_parquet(

@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import refiner_core as mdr
+from refiner_core.cpus import available_cpus
 from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
-
-from .cpus import available_cpus
 
 METADATA_PREFIX = "refiner/"
 SETTING_KEYS = (
@@ -183,7 +182,7 @@ def resolve_settings(
     """Merge IO manager ``defaults`` with ``refiner/*`` keys of an asset's metadata.
 
     Every value is validated (see :func:`validate_asset_metadata`); a ``num_workers``
-    left unset becomes the CPUs this process may use (:func:`~refiner_dagster.cpus.available_cpus`).
+    left unset becomes the CPUs this process may use (:func:`~refiner_core.cpus.available_cpus`).
     """
     values = {**defaults, **validate_asset_metadata(metadata, where=where)}
     checked = {

@@ -220,16 +220,24 @@ class DataFolder:
         (:mod:`refiner_core.io.kernel_copy`), or the object store's server-side copy.
         Returns the bytes copied when the copy tells (local files), else ``None``.
         ``FileNotFoundError`` when ``path`` does not exist."""
-        destination = self.join(relative)
         if is_local(fs):
-            directory = os.path.dirname(destination)
-            if directory not in self._made_dirs:
-                os.makedirs(directory, exist_ok=True)
-                self._made_dirs.add(directory)
-            return copy_file(path, destination)
+            directory, _, name = relative.rpartition("/")
+            return copy_file(
+                path, f"{self.local_dir(directory)}/{name}" if directory else self.join(name)
+            )
+        destination = self.join(relative)
         with self._context(f"CopyObject from {full_url(fs, path)}", destination):
             fs.copy(path, destination)
         return None
+
+    def local_dir(self, relative: str) -> str:
+        """The path of the folder ``relative`` in this local folder, made on first use
+        (once per ``DataFolder``, however many files then go in)."""
+        path = self.join(relative)
+        if path not in self._made_dirs:
+            os.makedirs(path, exist_ok=True)
+            self._made_dirs.add(path)
+        return path
 
     def rm(self, relative: str, recursive: bool = False) -> None:
         path = self.join(relative)

@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 
 import refiner_core as mdr
 import refiner_dagster as rd
-from refiner_dagster.cpus import available_cpus, cgroup_cpu_limit
+from refiner_core.cpus import available_cpus, cgroup_cpu_limit
 from refiner_dagster.storage import WRITING
 
 from .test_io_manager import episodes_asset, output_metadata, partition_root

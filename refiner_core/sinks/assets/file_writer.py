@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 from typing import Any
 
+from ...cpus import available_cpus
 from ...io.checksum import Hasher
 from ...io.datafile import is_local
 from ...io.kernel_copy import copy_file
@@ -15,19 +16,18 @@ from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_mis
 
 # Local-to-local copies cost tens of microseconds each: a thread hand-off per file
 # would cost more than the copy, so they go to the threads in runs of this many, and
-# at most LOCAL_THREADS runs at once: one per CPU this process may use, at most 4.
-# Each copy releases the GIL around its system calls, so threads beyond the CPUs only
-# make them wait for it again.
+# at most ``local_threads()`` runs at once. Each copy releases the GIL around its system
+# calls, so threads beyond the CPUs only make them wait for it again.
 LOCAL_RUN = 64
+LOCAL_THREADS_MAX = 4
 
 
-def _usable_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+@functools.cache
+def local_threads() -> int:
+    """Threads for local copies: one per CPU this process may use, at most 4."""
+    return min(LOCAL_THREADS_MAX, available_cpus())
 
 
-LOCAL_THREADS = min(4, _usable_cpus())
 # Copied files go to one folder per this many rows. A local filesystem creates one
 # file at a time per folder (the folder's lock is held while the inode is allocated),
 # so threads that copy into different folders create files in parallel.
@@ -39,7 +39,7 @@ class FileAssetWriter(AssetWriterBase):
 
     Same-filesystem copies are server-side (``fs.copy``; locally a kernel copy), other
     copies stream through this worker. Copies that touch no network (local source,
-    local output) run in batches of ``LOCAL_RUN``, at most ``LOCAL_THREADS`` batches at
+    local output) run in batches of ``LOCAL_RUN``, at most ``local_threads()`` batches at
     once, each batch holding one of the ``max_in_flight`` slots; batches go out in
     turn from different row folders. Files land under
     ``<output>/<subdir>/<shard>__<attempt>/<column>/<row // 1000>/<row>_<name>``.
@@ -50,11 +50,9 @@ class FileAssetWriter(AssetWriterBase):
     def __init__(self, config: Any, folder: Any, attempt: str) -> None:
         super().__init__(config, folder, attempt)
         self._slots = asyncio.Semaphore(config.max_in_flight)
-        self._local_slots = asyncio.Semaphore(min(LOCAL_THREADS, config.max_in_flight))
+        self._local_slots = asyncio.Semaphore(min(local_threads(), config.max_in_flight))
         self._sums: dict[str, str] = {}  # relative path -> checksum of the copy
         self._column_sums: dict[str, list[Any]] = {}
-        self._made_dirs: set[str] = set()
-        self._paths: dict[str, str] = {}  # column folder -> its local path
 
     def take_checksums(self, column: Any) -> list[Any] | None:
         return self._column_sums.pop(column.name, None)
@@ -94,13 +92,11 @@ class FileAssetWriter(AssetWriterBase):
         return outcomes
 
     def _kernel_copy_run(self, items: list[tuple[str, Any]], folder: str) -> list[tuple[Any, Any]]:
-        """Copy local ``(file name, path)`` items into the local ``folder`` inside the
-        kernel; ``(size, error)`` for each. What :meth:`_copy` does for them, with one
-        ``stat`` (the source policy's, whose size the copy reuses) and no per-file
-        path checks: the names are built from safe characters only."""
-        if folder not in self._made_dirs:
-            os.makedirs(folder, exist_ok=True)
-            self._made_dirs.add(folder)
+        """Copy local ``(file name, path)`` items into ``folder`` (relative, in the local
+        output) inside the kernel; ``(size, error)`` for each. What :meth:`_copy` does
+        for them, with one ``stat`` (the source policy's, whose size the copy reuses) and
+        no per-file path checks: the names are built from safe characters only."""
+        folder = self.folder.local_dir(folder)
         check = self.filesystems.policy.check_local_file
         outcomes: list[tuple[Any, Any]] = []
         for name, value in items:
@@ -124,17 +120,11 @@ class FileAssetWriter(AssetWriterBase):
         """The copy of one run of jobs: in the kernel when it can, else through :meth:`_copy`."""
         if local and form == "path" and self.config.checksum is None:
             # local source, local output: a run lies in one row folder (``local_runs``)
-            folder = f"{self._folder_path(directory)}/{names[run[0]].partition('/')[0]}"
+            folder = f"{directory}/{names[run[0]].partition('/')[0]}"
             items = [(names[k].partition("/")[2], jobs[k][2]) for k in run]
             return self._run(self._kernel_copy_run, items, folder, local=True)
         items = [(f"{directory}/{names[k]}", jobs[k][2]) for k in run]
         return self._run(self._copy_run, items, form, local=local)
-
-    def _folder_path(self, directory: str) -> str:
-        path = self._paths.get(directory)
-        if path is None:
-            path = self._paths[directory] = self.folder.join(directory)
-        return path
 
     async def _write_column(
         self, column, values, dropped, written, *, shard_id, first_row

@@ -8,7 +8,7 @@
 
 Example:
     >>> import os
-    >>> from refiner_dagster.cpus import available_cpus
+    >>> from refiner_core.cpus import available_cpus
     >>> 1 <= available_cpus() <= (os.cpu_count() or 1)
     True
 """
