@@ -461,3 +461,15 @@ def test_symlinks_into_sys_are_refused_by_the_device_they_reach(tmp_path):
     with pytest.raises(RefusedSource, match=r"pseudo-filesystem") as refused:
         SourcePolicy().check(str(link))
     assert f"resolved to {os.path.realpath(link)!r}" in str(refused.value)
+
+
+def test_pseudo_filesystems_are_matched_by_whole_path_components(tmp_path):
+    """``/proc`` and what lies under it is refused by path; ``/procedures`` is not."""
+    from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
+
+    policy = SourcePolicy()
+    for refused in ("/proc", "/proc/self/environ", "/sys/", "/dev/../dev/zero", "file:///proc/1"):
+        with pytest.raises(RefusedSource, match="pseudo-filesystem"):
+            policy.check_local_file(refused)
+    for allowed in ("/procedures/a.png", "/system/a.png", "/devices/a.png"):
+        assert policy.check_local_file(allowed) == (allowed, None)  # missing, not refused

@@ -10,7 +10,7 @@ from typing import Any
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
-from .sources import SourcePolicy
+from .sources import SourcePolicy, is_url
 
 INLINE_LIMIT = 8 * 1024 * 1024
 STREAM_CHUNK = 8 * 1024 * 1024
@@ -92,12 +92,7 @@ class Filesystems:
         scheme = url.split("://", 1)[0] if "://" in url else "file"
         fs = self._cache.get(scheme)
         if fs is None:
-            protocols = self.protocol if isinstance(self.protocol, tuple) else (self.protocol,)
-            options = self.storage_options if scheme in protocols else None
-            if self.source_options is not None and scheme != "file":
-                options = dict(self.source_options)
-            fs, path = resolve(url, options)
-            self._cache[scheme] = fs
+            fs, path = self._first_resolve(scheme, url)
         elif not is_local(fs):
             from fsspec.core import strip_protocol
 
@@ -106,6 +101,24 @@ class Filesystems:
             path = None
         if is_local(fs):
             return fs, local if local is not None else self.policy.check_local(path or url)
+        return fs, path
+
+    def local_file(self, url: str) -> tuple[Any, str, int | None] | None:
+        """For a local path: its filesystem, the path to open and its size from the
+        policy's one ``stat`` (``None`` when that failed); ``None`` for a remote URL."""
+        if is_url(url):
+            return None
+        path, size = self.policy.check_local_file(url)
+        fs = self._cache.get("file") or self._first_resolve("file", path)[0]
+        return fs, path, size
+
+    def _first_resolve(self, scheme: str, url: str):
+        protocols = self.protocol if isinstance(self.protocol, tuple) else (self.protocol,)
+        options = self.storage_options if scheme in protocols else None
+        if self.source_options is not None and scheme != "file":
+            options = dict(self.source_options)
+        fs, path = resolve(url, options)
+        self._cache[scheme] = fs
         return fs, path
 
 
@@ -134,9 +147,10 @@ def open_source(
             raise TypeError(f"expected inline bytes, got {type(value).__name__}")
         return Source(size=len(value), data=bytes(value))
     if form == "path":
-        fs, path = filesystems.resolve(check_path(value))
-        if is_local(fs):
-            return _open_local(fs, path, value, keep_open)
+        local = filesystems.local_file(check_path(value))
+        if local is not None:
+            return _open_local(*local, value, keep_open)
+        fs, path = filesystems.resolve(value)
         size = size_or_missing(fs, path, value)
         if size <= INLINE_LIMIT:
             try:
@@ -163,23 +177,26 @@ def open_source(
     raise ValueError(f"unknown asset form {form!r}")
 
 
-def _open_local(fs: Any, path: str, url: str, keep_open: bool = False) -> Source:
-    """A local file in one open: its size from the open descriptor, its bytes if small
-    (or, with ``keep_open``, the descriptor itself, whatever the size).
+def _open_local(fs: Any, path: str, size: int | None, url: str, keep_open: bool = False) -> Source:
+    """A local file in one open: its bytes if small (or, with ``keep_open``, the
+    descriptor itself, whatever the size).
 
     Per-file cost matters when packing many small files, so this skips the extra
-    opens and stats that ``fs.size`` plus ``fs.cat_file`` would make.
+    opens and stats that ``fs.size`` plus ``fs.cat_file`` would make: ``size`` is the
+    source policy's ``stat`` of the file (``fstat`` only when that is ``None``). A file
+    that shrinks after it is sized fails its copy with ``EOFError``.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise MissingAsset(url) from exc
-    source = Source(size=0, url=url, fd=fd)
-    try:
-        source.size = os.fstat(fd).st_size
-    except BaseException:
-        source.close()
-        raise
+    source = Source(size=0 if size is None else size, url=url, fd=fd)
+    if size is None:
+        try:
+            source.size = os.fstat(fd).st_size
+        except BaseException:
+            source.close()
+            raise
     if keep_open:
         return source
     with contextlib.closing(source):

@@ -26,6 +26,7 @@ import stat
 from collections.abc import Sequence
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+_PSEUDO_PREFIXES = tuple(f"{root}/" for root in PSEUDO_FILESYSTEMS)
 
 
 class RefusedSource(PermissionError):
@@ -37,7 +38,17 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root == "/" else root + "/")
 
 
-def _is_url(value: str) -> bool:
+def _pseudo_root(path: str) -> str | None:
+    """The pseudo-filesystem root that the absolute, normalised ``path`` lies under, if any."""
+    if path in PSEUDO_FILESYSTEMS:
+        return path
+    if path.startswith(_PSEUDO_PREFIXES):
+        return path[: path.index("/", 1)]
+    return None
+
+
+def is_url(value: str) -> bool:
+    """Whether ``value`` names a remote object (``file://`` paths are local)."""
     return "://" in value and not value.startswith("file://")
 
 
@@ -59,7 +70,7 @@ def check_allowed_sources(value: object) -> tuple[str, ...] | None:
             raise ValueError(
                 f"allowed_sources entries must be non-empty strings, got {entry!r} in {value!r}"
             )
-        if not _is_url(entry) and not os.path.isabs(_strip_file(entry)):
+        if not is_url(entry) and not os.path.isabs(_strip_file(entry)):
             raise ValueError(
                 f"allowed_sources entry {entry!r} must be a URL prefix (s3://bucket/prefix) or an "
                 "absolute local folder"
@@ -99,12 +110,12 @@ class SourcePolicy:
 
     def __init__(self, allowed: Sequence[str] | None = None) -> None:
         self.allowed = tuple(allowed) if allowed is not None else None
-        self._urls = tuple(a for a in self.allowed or () if _is_url(a))
-        self._folders = tuple(_local(a) for a in self.allowed or () if not _is_url(a))
+        self._urls = tuple(a for a in self.allowed or () if is_url(a))
+        self._folders = tuple(_local(a) for a in self.allowed or () if not is_url(a))
 
     def check(self, value: str) -> str | None:
         """Refuse ``value`` or return the local path to open (``None`` for a URL)."""
-        if _is_url(value):
+        if is_url(value):
             self._check_url(value)
             return None
         return self.check_local(value)
@@ -149,7 +160,7 @@ class SourcePolicy:
         path = os.path.abspath(_strip_file(value))
         if self.allowed is not None:
             path = os.path.realpath(path)
-        root = next((p for p in PSEUDO_FILESYSTEMS if _under(path, p)), None)
+        root = _pseudo_root(path)
         if root is not None and not self._listed_inside(path, root):
             self._refuse_pseudo(value, path, root)
         if self.allowed is not None and not any(_under(path, f) for f in self._folders):

@@ -161,10 +161,12 @@ def test_copy_file_of_a_known_size_uses_no_fstat_and_fails_on_a_shrunk_source(
         kernel_copy.copy_file(str(tmp_path / "src"), str(tmp_path / "b"), 1500)
 
 
-def test_local_file_copies_stat_each_source_once(tmp_path, monkeypatch):
-    """``FileAssetConfig`` judges a local source with one ``stat`` and copies it with the
-    size that ``stat`` gave: no ``fstat`` and no second path check per file."""
-    from refiner_core.sinks.assets.file_writer import FileAssetWriter
+@pytest.mark.parametrize("config", ["FileAssetConfig", "BlobAssetConfig"])
+def test_local_sources_are_stat_ed_once_and_never_fstat_ed(tmp_path, monkeypatch, config):
+    """A local source is judged with one ``stat`` and copied (to a file of its own, or
+    into a block) with the size that ``stat`` gave: no ``fstat`` and no second path
+    check per file."""
+    from refiner_core.sinks.assets import make_asset_writer
 
     names = write_files(tmp_path / "src", {f"{i:03d}.bin": b"%03d" % i * 100 for i in range(150)})
     paths = list(names.values())
@@ -186,17 +188,53 @@ def test_local_file_copies_stat_each_source_once(tmp_path, monkeypatch):
                 fstats.append(target)
         return real_fstat(fd)
 
-    monkeypatch.setattr(kernel_copy.os, "fstat", counted_fstat)
+    monkeypatch.setattr(os, "fstat", counted_fstat)
     monkeypatch.setattr("refiner_core.sinks.assets.sources.os.stat", counted_stat)
 
     async def run() -> pa.Table:
-        writer = FileAssetWriter(mdr.FileAssetConfig(), DataFolder(str(tmp_path / "out")), "a0")
+        cfg = getattr(mdr, config)()
+        writer = make_asset_writer(cfg, DataFolder(str(tmp_path / "out")), "a0")
         tables = await writer.process(_table(paths), shard_id="00000", first_row=0)
         await writer.close()
         return tables[0]
 
     table = asyncio.run(run())
     assert sorted(stats) == sorted(paths) and fstats == []
-    copies = table.column("video").to_pylist()
-    assert [Path(c).read_bytes() for c in copies] == [b"%03d" % i * 100 for i in range(150)]
-    assert [Path(c).parent.name for c in copies] == ["00000"] * 150
+    cells = table.column("video").to_pylist()
+    if config == "FileAssetConfig":
+        assert [Path(c).read_bytes() for c in cells] == [b"%03d" % i * 100 for i in range(150)]
+        assert [Path(c).parent.name for c in cells] == ["00000"] * 150
+    else:
+        assert [mdr.read_blob(c) for c in cells] == [b"%03d" % i * 100 for i in range(150)]
+
+
+def test_a_source_that_shrinks_after_its_stat_fails_the_pack_and_leaves_no_block(
+    tmp_path, monkeypatch
+):
+    """Packing trusts the size of the policy's ``stat``; a file that is shorter when it
+    is copied fails its row with ``EOFError`` naming the file, and the aborted attempt
+    leaves no block behind."""
+    from refiner_core.sinks.assets.sources import SourcePolicy
+
+    names = write_files(tmp_path / "src", {f"{i}.bin": b"x" * 1000 for i in range(3)})
+    paths = list(names.values())
+    real_check = SourcePolicy.check_local_file
+
+    def stale_size(self, value):
+        path, size = real_check(self, value)
+        return path, size + 24 if path == paths[1] else size
+
+    monkeypatch.setattr(SourcePolicy, "check_local_file", stale_size)
+
+    async def run() -> None:
+        writer = _writer(tmp_path / "out")
+        try:
+            await writer.process(_table(paths), shard_id="00000", first_row=0)
+        except BaseException:
+            await writer.abort()
+            raise
+
+    with pytest.raises(Exception, match="row 1") as caught:
+        asyncio.run(run())
+    assert paths[1] in str(caught.value) and "ended 24 bytes early" in str(caught.value)
+    assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
