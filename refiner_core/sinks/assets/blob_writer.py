@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from .dedupe import (
     source_key_size,
 )
 from .fetch import INLINE_LIMIT, MissingAsset, Source, is_remote, open_source, source_size
+from .sources import is_url
 
 DEFER_MAX_ROWS = 262_144
 
@@ -111,6 +113,13 @@ class BlobAssetWriter(AssetWriterBase):
         scheduled = self._sources_seen
         # local files into local blocks are copied by the kernel unless a digest needs the bytes
         keep_open = self.local_output and self.digests.needs_nothing
+        if keep_open and form == "path" and self.dedupe.mode is None:
+            local = list(self.jobs(column, values, dropped))
+            if all(isinstance(v, str) and v and not is_url(v) for _, _, v in local):
+                await self._pack_local_files(
+                    block, column, values, local, results, first_row=first_row, shard_id=shard_id
+                )
+                return results
 
         def fetch(value: Any, key_only: bool = False):
             try:
@@ -207,6 +216,44 @@ class BlobAssetWriter(AssetWriterBase):
             if isinstance(outcome, BaseException):
                 raise outcome
         return results
+
+    async def _pack_local_files(
+        self, block, column, values, jobs, results, *, first_row, shard_id
+    ) -> None:
+        """Pack a column of local file paths into ``block`` in row order, each file with
+        one ``stat`` (the source policy's), one ``open`` and a kernel copy.
+
+        What the general loop does for such a column (no dedupe, no digest, local
+        output), without its prefetch window, which only pays for remote reads."""
+        check = self.filesystems.policy.check_local_file
+        counters = self.counters
+        for row, element, value in jobs:
+            try:
+                path, size = check(value)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                new = self.on_missing(column, first_row + row, element, value, shard_id)
+                self.place(results, column, values, row, element, new)
+                continue
+            except Exception as exc:
+                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+            try:
+                if size is None:
+                    size = os.fstat(fd).st_size
+                source = Source(size=size, url=value, fd=fd)
+                if size <= INLINE_LIMIT:
+                    url, start = block.append(source)
+                else:
+                    url, start = await self.in_thread(block.append, source)
+            except Exception as exc:
+                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+            finally:
+                os.close(fd)
+            counters["assets_written"] += 1
+            counters["asset_bytes"] += size
+            self.place(
+                results, column, values, row, element, {"path": url, "offset": start, "size": size}
+            )
 
     async def _store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
         """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""

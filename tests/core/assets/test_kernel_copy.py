@@ -238,3 +238,58 @@ def test_a_source_that_shrinks_after_its_stat_fails_the_pack_and_leaves_no_block
         asyncio.run(run())
     assert paths[1] in str(caught.value) and "ended 24 bytes early" in str(caught.value)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("policy", ["set_null", "drop_row"])
+def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy):
+    """A column of local paths takes the short loop (no dedupe, no digest, local output);
+    its rows, references and counters are those of the general loop, which
+    ``dedupe="source"`` takes, on the same unique files with missing ones among them,
+    in a scalar column and a list column."""
+    names = write_files(
+        tmp_path / "src", {f"{i:02d}.bin": b"%02d" % i * (i + 1) for i in range(40)}
+    )
+    paths = list(names.values())
+    gone = str(tmp_path / "src" / "gone.bin")
+    rows = [
+        {
+            "i": i,
+            "video": gone if i % 7 == 3 else paths[i],
+            "frames": [paths[(i + 1) % 40], gone if i % 11 == 5 else paths[(i + 2) % 40]],
+        }
+        for i in range(0, 36, 3)  # every file at most once: dedupe="source" reuses none
+    ]
+
+    def run(name: str, dedupe: str | None) -> tuple[list[dict], dict]:
+        out = tmp_path / name
+        result = (
+            mdr.from_items(
+                rows, dtypes={"video": dt.video_path(), "frames": dt.list_(dt.image_path())}
+            )
+            .write_parquet(
+                str(out), assets=mdr.BlobAssetConfig(missing_policy=policy, dedupe=dedupe)
+            )
+            .launch_local(rundir=str(tmp_path / f"run-{name}"))
+        )
+        got = sorted(read_rows(out), key=lambda r: r["i"])
+        for row in got:
+            row["video"] = None if row["video"] is None else mdr.read_blob(row["video"])
+            row["frames"] = [None if f is None else mdr.read_blob(f) for f in row["frames"] or []]
+        return got, result.summary
+
+    short, short_summary = run("short", None)
+    general, general_summary = run("general", "source")
+    assert short == general
+    for counter in (
+        "assets_written",
+        "asset_bytes",
+        "missing_assets",
+        "cells_nulled",
+        "rows_dropped",
+    ):
+        assert short_summary.get(counter) == general_summary.get(counter), counter
+    expected_missing = sum(r["video"] == gone for r in rows) + sum(
+        gone in r["frames"] for r in rows
+    )
+    assert short_summary["missing_assets"] == expected_missing > 0
+    assert all(row["video"] != b"" for row in short)
