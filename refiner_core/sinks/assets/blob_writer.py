@@ -113,7 +113,7 @@ class BlobAssetWriter(AssetWriterBase):
         scheduled = self._sources_seen
         # local files into local blocks are copied by the kernel unless a digest needs the bytes
         keep_open = self.local_output and self.digests.needs_nothing
-        if keep_open and form == "path" and self.dedupe.mode is None:
+        if self.local_output and form == "path" and self.dedupe.mode is None:
             local = list(self.jobs(column, values, dropped))
             if all(isinstance(v, str) and v and not is_url(v) for _, _, v in local):
                 await self._pack_local_files(
@@ -221,12 +221,14 @@ class BlobAssetWriter(AssetWriterBase):
         self, block, column, values, jobs, results, *, first_row, shard_id
     ) -> None:
         """Pack a column of local file paths into ``block`` in row order, each file with
-        one ``stat`` (the source policy's), one ``open`` and a kernel copy.
+        one ``stat`` (the source policy's), one ``open`` and a kernel copy, or, with
+        ``checksum=``, a read that the checksum sees on its way into the block.
 
-        What the general loop does for such a column (no dedupe, no digest, local
-        output), without its prefetch window, which only pays for remote reads."""
+        What the general loop does for such a column (no dedupe, local output), without
+        its prefetch window, which only pays for remote reads."""
         check = self.filesystems.policy.check_local_file
         counters = self.counters
+        hashed = self.digests.checksum is not None
         for row, element, value in jobs:
             try:
                 path, size = check(value)
@@ -240,7 +242,10 @@ class BlobAssetWriter(AssetWriterBase):
             try:
                 if size is None:
                     size = os.fstat(fd).st_size
-                source = Source(size=size, url=value, fd=fd)
+                source: Any = Source(size=size, url=value, fd=fd)
+                digests = self.digests.streaming(value) if hashed else None
+                if digests is not None:
+                    source = digests.tee(source)
                 if size <= INLINE_LIMIT:
                     url, start = block.append(source)
                 else:
@@ -251,9 +256,9 @@ class BlobAssetWriter(AssetWriterBase):
                 os.close(fd)
             counters["assets_written"] += 1
             counters["asset_bytes"] += size
-            self.place(
-                results, column, values, row, element, {"path": url, "offset": start, "size": size}
-            )
+            checksum = digests.reference_checksum() if digests is not None else None
+            reference = self._reference(url, start, size, checksum)
+            self.place(results, column, values, row, element, reference)
 
     async def _store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
         """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""

@@ -240,12 +240,13 @@ def test_a_source_that_shrinks_after_its_stat_fails_the_pack_and_leaves_no_block
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
 
 
+@pytest.mark.parametrize("checksum", [None, "crc32c"])
 @pytest.mark.parametrize("policy", ["set_null", "drop_row"])
-def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy):
-    """A column of local paths takes the short loop (no dedupe, no digest, local output);
-    its rows, references and counters are those of the general loop, which
-    ``dedupe="source"`` takes, on the same unique files with missing ones among them,
-    in a scalar column and a list column."""
+def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy, checksum):
+    """A column of local paths takes the short loop (no dedupe, local output, with or
+    without a checksum); its rows, bytes, checksums and counters are those of the
+    general loop, which ``dedupe="source"`` takes, on the same unique files with
+    missing ones among them, in a scalar column and a list column."""
     names = write_files(
         tmp_path / "src", {f"{i:02d}.bin": b"%02d" % i * (i + 1) for i in range(40)}
     )
@@ -267,14 +268,15 @@ def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy
                 rows, dtypes={"video": dt.video_path(), "frames": dt.list_(dt.image_path())}
             )
             .write_parquet(
-                str(out), assets=mdr.BlobAssetConfig(missing_policy=policy, dedupe=dedupe)
+                str(out),
+                assets=mdr.BlobAssetConfig(missing_policy=policy, dedupe=dedupe, checksum=checksum),
             )
             .launch_local(rundir=str(tmp_path / f"run-{name}"))
         )
         got = sorted(read_rows(out), key=lambda r: r["i"])
         for row in got:
-            row["video"] = None if row["video"] is None else mdr.read_blob(row["video"])
-            row["frames"] = [None if f is None else mdr.read_blob(f) for f in row["frames"] or []]
+            row["video"] = _bytes_and_checksum(row["video"])
+            row["frames"] = [_bytes_and_checksum(f) for f in row["frames"] or []]
         return got, result.summary
 
     short, short_summary = run("short", None)
@@ -292,4 +294,12 @@ def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy
         gone in r["frames"] for r in rows
     )
     assert short_summary["missing_assets"] == expected_missing > 0
-    assert all(row["video"] != b"" for row in short)
+    cells = [row["video"] for row in short] + [f for row in short for f in row["frames"]]
+    assert all(cell is None or cell[0] for cell in cells)
+    assert all(cell is None or (cell[1] is not None) == (checksum is not None) for cell in cells)
+
+
+def _bytes_and_checksum(reference: dict | None) -> tuple[bytes, str | None] | None:
+    if reference is None:
+        return None
+    return mdr.read_blob(reference), reference.get("checksum")
