@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import os
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +24,15 @@ from .dedupe import (
     source_key,
     source_key_size,
 )
-from .fetch import INLINE_LIMIT, MissingAsset, Source, is_remote, open_source, source_size
+from .fetch import (
+    INLINE_LIMIT,
+    MissingAsset,
+    Source,
+    is_remote,
+    open_local,
+    open_source,
+    source_size,
+)
 from .sources import is_url
 
 DEFER_MAX_ROWS = 262_144
@@ -226,26 +233,22 @@ class BlobAssetWriter(AssetWriterBase):
 
         What the general loop does for such a column (no dedupe, local output), without
         its prefetch window, which only pays for remote reads."""
-        check = self.filesystems.policy.check_local_file
+        local_file = self.filesystems.local_file
         counters = self.counters
         hashed = self.digests.checksum is not None
         for row, element, value in jobs:
             try:
-                path, size = check(value)
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+                opened = open_local(*local_file(value), value, keep_open=True)
+            except MissingAsset:
                 new = self.on_missing(column, first_row + row, element, value, shard_id)
                 self.place(results, column, values, row, element, new)
                 continue
             except Exception as exc:
                 raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+            size = opened.size
             try:
-                if size is None:
-                    size = os.fstat(fd).st_size
-                source: Any = Source(size=size, url=value, fd=fd)
                 digests = self.digests.streaming(value) if hashed else None
-                if digests is not None:
-                    source = digests.tee(source)
+                source = digests.tee(opened) if digests is not None else opened
                 if size <= INLINE_LIMIT:
                     url, start = block.append(source)
                 else:
@@ -253,7 +256,7 @@ class BlobAssetWriter(AssetWriterBase):
             except Exception as exc:
                 raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
             finally:
-                os.close(fd)
+                opened.close()
             counters["assets_written"] += 1
             counters["asset_bytes"] += size
             checksum = digests.reference_checksum() if digests is not None else None

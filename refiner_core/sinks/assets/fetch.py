@@ -149,7 +149,7 @@ def open_source(
     if form == "path":
         local = filesystems.local_file(check_path(value))
         if local is not None:
-            return _open_local(*local, value, keep_open)
+            return open_local(*local, value, keep_open)
         fs, path = filesystems.resolve(value)
         size = size_or_missing(fs, path, value)
         if size <= INLINE_LIMIT:
@@ -177,7 +177,7 @@ def open_source(
     raise ValueError(f"unknown asset form {form!r}")
 
 
-def _open_local(fs: Any, path: str, size: int | None, url: str, keep_open: bool = False) -> Source:
+def open_local(fs: Any, path: str, size: int | None, url: str, keep_open: bool = False) -> Source:
     """A local file in one open: its bytes if small (or, with ``keep_open``, the
     descriptor itself, whatever the size).
 
