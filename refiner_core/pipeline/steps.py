@@ -342,23 +342,31 @@ class BatchMapAsyncStep(Step):
                 window.fail(exc)
                 raise
 
-        try:
-            async for batch in _batches(blocks, self.batch_size):
+        batches = aiter(_batches(blocks, self.batch_size))
+        exhausted = False
+
+        async def fill() -> None:
+            """Submit batches until ``max_in_flight`` are in flight or the input ends, and
+            let them start, so the window stays full while downstream takes the results."""
+            nonlocal fn, exhausted
+            while not exhausted and len(window) < window.limit:
+                try:
+                    batch = await anext(batches)
+                except StopAsyncIteration:
+                    exhausted = True
+                    break
                 if fn is None:
                     fn = ctx.callback(self)
-                out: list[Row] = []
-                if len(window) >= window.limit:
-                    for rows in await window.take():
-                        out.extend(rows)
                 window.submit(one(batch))
-                for rows in window.ready():
-                    out.extend(rows)
-                if out:
-                    yield out
+            await asyncio.sleep(0)
+
+        try:
+            await fill()
             while len(window):
-                out = []
+                out: list[Row] = []
                 for rows in await window.take():
                     out.extend(rows)
+                await fill()
                 if out:
                     yield out
         finally:

@@ -256,3 +256,34 @@ def test_downstream_failure_cancels_pending_upstream_calls(tmp_path, launcher):
     assert time.monotonic() - t0 < 10
     started = [tag for _, tag in log.events("started")]
     assert started and sorted(started) == sorted(tag for _, tag in log.events("cancelled"))
+
+
+@pytest.mark.parametrize("preserve_order", [True, False])
+def test_batch_map_async_keeps_the_window_full_while_downstream_works(preserve_order):
+    """While downstream handles one batch's rows, ``max_in_flight`` later batches are
+    already running: results are handed on only after the window has been refilled."""
+    limit, batch_size, batches = 4, 5, 12
+    started: list[int] = []
+    seen_when_handed_on: dict[int, int] = {}
+
+    async def call(batch):
+        started.append(batch[0].i // batch_size)
+        await asyncio.sleep(0.005)
+        return batch
+
+    def downstream(row):
+        seen_when_handed_on.setdefault(row.i // batch_size, len(started))
+        return {}
+
+    rows = (
+        items(batch_size * batches)
+        .batch_map_async(
+            call, batch_size=batch_size, max_in_flight=limit, preserve_order=preserve_order
+        )
+        .map(downstream)
+        .materialize()
+    )
+    assert len(rows) == batch_size * batches
+    for batch, started_then in seen_when_handed_on.items():
+        # this batch and every batch up to `limit` after it (where there are any) had started
+        assert started_then >= min(batch + 1 + limit, batches), (batch, started_then)
