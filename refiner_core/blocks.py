@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from .asset_values import check_python_values
-from .ndarrays import plain_values
+from .ndarrays import nested_list_array, plain_values
 from .row import Row
 
 DEFAULT_ROW_BLOCK_ROWS = 1024
@@ -50,8 +50,10 @@ _ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 def build_array(values: list[Any], arrow_type: pa.DataType | None = None) -> pa.Array:
     """``pa.array(values, type=arrow_type)``, with N-D numpy arrays as nested lists and 0-D
-    ones as scalars (:mod:`refiner_core.ndarrays`); values Arrow takes as they are are not
-    walked."""
+    ones as scalars (:mod:`refiner_core.ndarrays`); only a column Arrow rejects is walked."""
+    nested = nested_list_array(values)
+    if nested is not None:
+        return nested if arrow_type is None else nested.cast(arrow_type)
     try:
         return pa.array(values, type=arrow_type)
     except _ARROW_ERRORS:

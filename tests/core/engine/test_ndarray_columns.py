@@ -27,6 +27,7 @@ def with_arrays(row: mdr.Row) -> dict:
         "reward": np.array(i / 2),
         "chunks": [np.eye(2, dtype=np.int64) * i, np.zeros((1, 2), dtype=np.int64)],
         "nested": {"pose": np.ones((2, 2), dtype=np.float64) * i},
+        "mask": np.eye(2, dtype=bool) if i % 2 else None,
     }
 
 
@@ -39,6 +40,7 @@ def expected(i: int) -> dict:
         "reward": i / 2,
         "chunks": [[[i, 0], [0, i]], [[0, 0]]],
         "nested": {"pose": [[float(i)] * 2] * 2},
+        "mask": [[True, False], [False, True]] if i % 2 else None,
     }
 
 
@@ -64,6 +66,7 @@ def test_nd_arrays_become_nested_lists_in_parquet(tmp_path: Path) -> None:
     assert schema.field("state").type == pa.list_(pa.float32())
     assert schema.field("reward").type == pa.float64()
     assert schema.field("chunks").type == pa.list_(pa.list_(pa.list_(pa.int64())))
+    assert schema.field("mask").type == pa.list_(pa.list_(pa.bool_()))
 
 
 def test_nd_arrays_fit_declared_dtypes(tmp_path: Path) -> None:
