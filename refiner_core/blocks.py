@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from .asset_values import check_python_values
+from .ndarrays import nested_list_array, plain_values
 from .row import Row
 
 DEFAULT_ROW_BLOCK_ROWS = 1024
@@ -44,11 +45,29 @@ def table_to_rows(table: pa.Table) -> list[Row]:
     return [wrap(d) for d in table.to_pylist()]
 
 
+_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def build_array(values: list[Any], arrow_type: pa.DataType | None = None) -> pa.Array:
+    """``pa.array(values, type=arrow_type)``, with N-D numpy arrays as nested lists and 0-D
+    ones as scalars (:mod:`refiner_core.ndarrays`); only a column Arrow rejects is walked."""
+    nested = nested_list_array(values)
+    if nested is not None:
+        return nested if arrow_type is None else nested.cast(arrow_type)
+    try:
+        return pa.array(values, type=arrow_type)
+    except _ARROW_ERRORS:
+        plain = plain_values(values)
+        if plain is values:
+            raise
+    return pa.array(plain, type=arrow_type)
+
+
 def _first_bad_value(values: list[Any], arrow_type: pa.DataType) -> tuple[int, Any]:
     for i, v in enumerate(values):
         try:
-            pa.array([v], type=arrow_type)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            build_array([v], arrow_type)
+        except _ARROW_ERRORS:
             return i, v
     return -1, None
 
@@ -80,8 +99,8 @@ class SchemaBuilder:
             if field is not None:
                 check_python_values(name, values, field, shard_id=shard_id, first_row=first_row)
                 try:
-                    array = pa.array(values, type=field.type)
-                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    array = build_array(values, field.type)
+                except _ARROW_ERRORS as exc:
                     if name in self.declared or name in self.fixed:
                         i, bad = _first_bad_value(values, field.type)
                         origin = (
@@ -95,8 +114,8 @@ class SchemaBuilder:
                     field = None
             if array is None:
                 try:
-                    array = pa.array(values)
-                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    array = build_array(values)
+                except _ARROW_ERRORS as exc:
                     raise ValueError(
                         f"column {name!r} of shard {shard_id}: cannot build an Arrow column from "
                         f"the values ({exc}); return one consistent type per column or declare it "

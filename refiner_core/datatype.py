@@ -5,6 +5,11 @@ column as media (``refiner.asset.kind``: file/image/video/audio, and
 ``refiner.asset.form``: path/bytes/blob). The mark is plain Arrow field metadata,
 so it survives a Parquet round trip. A list of asset values is an asset column too.
 
+Tables written by other tools that mark media columns with an ``asset_type`` field
+metadata value (``video``, ``image``, ``audio``, ``file``; any other value counts as
+``file``) are read as marked too, the form following the column's Arrow type. Refiner
+writes only its own marks.
+
 Example:
     >>> import refiner_core as mdr
     >>> dtypes = {"video": mdr.datatype.video_path(), "frames": mdr.datatype.int64()}
@@ -42,6 +47,8 @@ from pyarrow import (  # noqa: F401  (re-exported scalar aliases)
 
 KIND_KEY = b"refiner.asset.kind"
 FORM_KEY = b"refiner.asset.form"
+# The asset mark of tables written by other tools: only the kind, no form.
+FOREIGN_KIND_KEY = b"asset_type"
 ASSET_KINDS = ("file", "image", "video", "audio")
 ASSET_FORMS = ("path", "bytes", "blob")
 
@@ -161,14 +168,38 @@ def fields_from_dtypes(dtypes: dict[str, Any] | None) -> dict[str, pa.Field]:
 
 
 def asset_of(field_: pa.Field) -> AssetInfo | None:
-    """Return the asset mark of a field, or ``None`` for a plain column."""
+    """Return the asset mark of a field, or ``None`` for a plain column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> asset_of(pa.field("clip", pa.string(), metadata={"asset_type": "video"}))
+        AssetInfo(kind='video', form='path', is_list=False)
+    """
     metadata = field_.metadata or {}
+    is_list = pa.types.is_list(field_.type) or pa.types.is_large_list(field_.type)
     kind = metadata.get(KIND_KEY)
     form = metadata.get(FORM_KEY)
     if kind is None or form is None:
-        return None
-    is_list = pa.types.is_list(field_.type) or pa.types.is_large_list(field_.type)
+        foreign = metadata.get(FOREIGN_KIND_KEY)
+        return None if foreign is None else _foreign_asset(field_, foreign, is_list)
     return AssetInfo(kind=kind.decode(), form=form.decode(), is_list=is_list)
+
+
+def _foreign_asset(field_: pa.Field, kind: bytes, is_list: bool) -> AssetInfo | None:
+    """An ``asset_type`` mark read as ours: the form is what the Arrow type holds (strings
+    are paths, binary is bytes, ``{path, offset, ...}`` structs are blob references); a
+    column of any other type is left plain."""
+    value_type = field_.type.value_type if is_list else field_.type
+    if pa.types.is_string(value_type) or pa.types.is_large_string(value_type):
+        form = "path"
+    elif pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type):
+        form = "bytes"
+    elif pa.types.is_struct(value_type) and {"path", "offset"} <= {f.name for f in value_type}:
+        form = "blob"
+    else:
+        return None
+    name = kind.decode(errors="replace").strip().lower()
+    return AssetInfo(kind=name if name in ASSET_KINDS else "file", form=form, is_list=is_list)
 
 
 def with_asset_form(field_: pa.Field, form: str, *, checksum: bool = False) -> pa.Field:
@@ -182,6 +213,7 @@ def with_asset_form(field_: pa.Field, form: str, *, checksum: bool = False) -> p
     blob = CHECKSUMMED_BLOB_REFERENCE_TYPE if checksum else BLOB_REFERENCE_TYPE
     scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": blob}[form]
     arrow_type = pa.list_(scalar) if info.is_list else scalar
-    metadata = dict(field_.metadata or {})
+    metadata = {k: v for k, v in (field_.metadata or {}).items() if k != FOREIGN_KIND_KEY}
+    metadata[KIND_KEY] = info.kind.encode()
     metadata[FORM_KEY] = form.encode()
     return pa.field(field_.name, arrow_type, nullable=True, metadata=metadata)

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..datatype import asset_of
 from ..io.datafile import full_url, resolve
+from .blobs import readable_schema
 
 RUN_PROPERTY = "refiner.run_id"
 
@@ -109,7 +110,7 @@ def probe(url: str, options: dict[str, str] | None, version: int | None = None) 
         return None
     return {
         "version": dataset.version,
-        "schema": dataset.schema,
+        "schema": readable_schema(dataset.schema),
         "fragments": [(f.fragment_id, *_fragment_size(f)) for f in dataset.get_fragments()],
     }
 

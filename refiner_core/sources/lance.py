@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import fields_from_dtypes
+from ..lance.blobs import blob_columns, mark_blob_columns
 from ..lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
 from ..lance.isolation import call_isolated, iter_isolated
 from ..validation import check_positive
@@ -62,7 +63,8 @@ class LanceSource:
     ``None``) and travels in every shard, so all shards read the same snapshot even
     if the dataset is written to meanwhile. Blocks are Arrow tables of at most
     ``batch_rows`` rows and about ``batch_bytes`` bytes (:func:`fragment_batching`);
-    field metadata (asset marks) comes back as written.
+    field metadata (asset marks) comes back as written, and Lance blob columns as the
+    bytes they hold (:mod:`refiner_core.lance.blobs`).
 
     Example:
         >>> import tempfile, refiner_core as mdr
@@ -157,6 +159,14 @@ class LanceSource:
         batch_bytes: int | None,
     ):
         dataset = open_dataset(self.url, self.lance_options, version)
+        blobs = blob_columns(dataset.schema, self.columns)
+        options: dict[str, Any] = {}
+        if blobs:
+            # The bytes, not Lance's descriptors; blob files are not among the fragment's
+            # data files, so only Lance can keep batches of them within batch_bytes.
+            options["blob_handling"] = "all_binary"
+            if batch_bytes is not None:
+                options["batch_size_bytes"] = batch_bytes
         for fragment_id, start, stop in spans:
             fragment = dataset.get_fragment(fragment_id)
             if fragment is None:
@@ -171,9 +181,10 @@ class LanceSource:
                 columns=self.columns,
                 offset=start,
                 limit=stop - start,
+                **options,
             ):
                 if batch.num_rows:
-                    yield pa.Table.from_batches([batch])
+                    yield mark_blob_columns(pa.Table.from_batches([batch]), blobs)
 
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None

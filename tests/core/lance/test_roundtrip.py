@@ -221,3 +221,32 @@ def test_lance_gets_large_blocks_when_no_step_needs_rows(
     pipeline.write_lance(str(tmp_path / "b.lance")).launch_local()
     assert blocks.sizes() == [100_000] * 3
     assert [r.id for r in mdr.read_lance(str(tmp_path / "b.lance")).take(3)] == [0, 1, 2]
+
+
+def test_nd_numpy_arrays_round_trip_as_nested_lists(tmp_path: Path) -> None:
+    import numpy as np
+
+    out = str(tmp_path / "arrays.lance")
+    source = mdr.from_items([{"i": i} for i in range(4)], items_per_shard=2)
+    rows = source.map(
+        lambda r: {
+            "i": r.i,
+            "actions": np.arange(2 * (r.i + 1)).reshape(r.i + 1, 2),
+            "image": np.full((2, 2, 3), r.i, dtype=np.uint8),
+            "reward": np.array(r.i / 2),
+        },
+        dtypes={"image": pa.list_(pa.list_(pa.list_(pa.uint8(), 3), 2), 2)},
+    )
+    rows.write_lance(out).launch_local(num_workers=2)
+    back = table(out).sort_by("i")
+    assert back.schema.field("actions").type == pa.list_(pa.list_(pa.int64()))
+    assert back.schema.field("reward").type == pa.float64()
+    assert back.to_pylist() == [
+        {
+            "i": i,
+            "actions": [[2 * k, 2 * k + 1] for k in range(i + 1)],
+            "image": [[[i] * 3] * 2] * 2,
+            "reward": i / 2,
+        }
+        for i in range(4)
+    ]
