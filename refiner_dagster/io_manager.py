@@ -56,6 +56,7 @@ from .settings import (
     resolve_settings,
 )
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
+from .strict_fields import StrictFields
 from .tables import open_version, written_asset_columns
 
 
@@ -86,7 +87,7 @@ def written_metadata(
     }
 
 
-class _RefinerIOManager(dg.ConfigurableIOManager):
+class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
     """Shared config and behaviour of the blob and file IO managers."""
 
     base_url: str | None = Field(
