@@ -38,6 +38,7 @@ from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import published_metadata
+from .instance_storage import default_base_url
 from .loading import (
     allow_missing,
     dataset_path,
@@ -225,8 +226,11 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         options.update(self.storage_options or {})
         return options
 
-    def storage(self, instance: dg.DagsterInstance | None = None) -> DatasetStorage:
-        """Where versions land; ``instance`` gives the default base folder."""
+    def storage(
+        self, instance: dg.DagsterInstance | None = None, *, writing: bool = False
+    ) -> DatasetStorage:
+        """Where versions land; ``instance`` gives the default base folder, which
+        ``writing`` refuses when the instance is temporary (see :mod:`.instance_storage`)."""
         base = self.base_url
         if base is None:
             if instance is None:
@@ -234,7 +238,10 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
                     "the refiner IO manager has no base_url and no Dagster instance to put data "
                     "under; set base_url (a folder or fsspec URL)"
                 )
-            base = os.path.join(instance.storage_directory(), "refiner")
+            if writing:
+                base = default_base_url(instance, owner=type(self).__name__)
+            else:
+                base = os.path.join(instance.storage_directory(), "refiner")
         return DatasetStorage(base, self.resolved_storage_options())
 
     # output ----------------------------------------------------------------------
@@ -258,7 +265,7 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         """Open the run's version folder (kept when the same run writes it again), with the
         asset's resolved settings and asset config. Fan-out dataset steps call it too."""
         settings, assets = self.writer_config(asset_key, definition_metadata)
-        storage = self.storage(instance or self._instance)
+        storage = self.storage(instance or self._instance, writing=True)
         version = storage.begin(
             asset_key.path,
             partition,
