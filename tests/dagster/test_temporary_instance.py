@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -118,3 +121,62 @@ def test_lasting_instances_keep_the_default_base_url(media, tmp_path, request, k
     assert result.success
     root = os.path.join(instance.storage_directory(), "refiner", "episodes")
     assert os.path.isfile(os.path.join(root, CURRENT_POINTER))
+
+
+def test_fanout_dataset_on_an_ephemeral_instance_is_refused_at_plan(media):
+    items = [{"episode": i, "image": path} for i, (path, _) in enumerate(media(2))]
+
+    def frames(context) -> mdr.Pipeline:
+        return mdr.from_items(items, dtypes={"image": mdr.datatype.image_path()})
+
+    result = dg.materialize(
+        [rd.build_dataset_asset(frames, name="frames")],
+        resources={"refiner": rd.RefinerBlobIOManager(num_workers=1)},
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failed] = [e.step_key for e in result.all_events if e.is_step_failure]
+    assert failed.endswith("plan")
+    assert "export DAGSTER_HOME=" in _failure_message(result)
+
+
+DEFS = """
+import dagster as dg
+import refiner_core as mdr
+import refiner_dagster as rd
+
+
+@dg.asset(io_manager_key="refiner")
+def episodes() -> mdr.Pipeline:
+    return mdr.from_items([{"episode": i} for i in range(3)])
+
+
+episodes_finalized = rd.build_finalization_asset(episodes)
+
+defs = dg.Definitions(
+    assets=[episodes, episodes_finalized],
+    resources={"refiner": rd.RefinerBlobIOManager(num_workers=1)},
+)
+"""
+
+
+def test_cli_materialize_without_dagster_home_fails_with_the_fix(tmp_path):
+    # The README's own-data command, run as a user would but without DAGSTER_HOME.
+    (tmp_path / "my_defs.py").write_text(DEFS)
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["DAGSTER_DISABLE_TELEMETRY"] = "1"
+    dagster = Path(sys.executable).with_name("dagster")
+    done = subprocess.run(
+        [str(dagster), "asset", "materialize", "-f", "my_defs.py", "--select", "*"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "RefinerBlobIOManager has no base_url" in output
+    assert "DAGSTER_HOME is not set" in output
+    assert "export DAGSTER_HOME=" in output
+    assert [p.name for p in tmp_path.iterdir()] == ["my_defs.py"]  # Dagster removed its home
