@@ -13,7 +13,8 @@ Storage layout (see :mod:`refiner_dagster.storage`)::
     <base_url>/<asset/key>/[<partition>/]v-<run id>/   table files, assets/, _refiner/
     <base_url>/<asset/key>/[<partition>/]_current.json published pointer
 
-``base_url`` defaults to ``<Dagster instance storage>/refiner``.
+``base_url`` defaults to ``<Dagster instance storage>/refiner``, refused when the
+instance is temporary (ephemeral, or ``DAGSTER_HOME`` unset; see :mod:`.instance_storage`).
 
 What an input receives follows its type annotation (``mdr.Pipeline``: a lazy
 pipeline over the published version; ``DatasetVersion``: the published handle) or
@@ -95,7 +96,8 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         default=None,
         description=(
             "Local folder or fsspec URL (s3://bucket/prefix, gs://..., memory://...) under which "
-            "dataset versions land. Default: '<Dagster instance storage directory>/refiner'."
+            "dataset versions land. Default: '<Dagster instance storage directory>/refiner', "
+            "which needs a lasting instance (DAGSTER_HOME set)."
         ),
     )
     storage_options: dict[str, Any] = Field(
