@@ -45,6 +45,7 @@ import refiner_core as mdr
 from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .schedules import build_refresh_schedule
+from .strict_fields import StrictFields
 
 __all__ = ["RefinerDatasetComponent", "example_pipeline"]
 
@@ -54,7 +55,7 @@ def example_pipeline() -> mdr.Pipeline:
     return mdr.from_items([{"item": i, "label": f"example {i}"} for i in range(3)])
 
 
-class S3Settings(dg.Model):
+class S3Settings(StrictFields, dg.Model):
     """The dagster-aws ``S3Resource`` fields a dataset on S3 needs (env vars via templates)."""
 
     endpoint_url: str | None = Field(default=None, description="S3 endpoint (MinIO, moto...).")
@@ -64,7 +65,7 @@ class S3Settings(dg.Model):
     profile_name: str | None = Field(default=None, description="AWS profile to use.")
 
 
-class StorageSettings(dg.Model):
+class StorageSettings(StrictFields, dg.Model):
     """Where dataset versions land."""
 
     base_url: str | None = Field(
@@ -77,7 +78,7 @@ class StorageSettings(dg.Model):
     )
 
 
-class PartitionSettings(dg.Model):
+class PartitionSettings(StrictFields, dg.Model):
     """The dataset's partitions: daily from a date, or a fixed list."""
 
     daily_start: str | None = Field(
@@ -94,7 +95,7 @@ class PartitionSettings(dg.Model):
         return dg.DailyPartitionsDefinition(start_date=self.daily_start, timezone=self.timezone)
 
 
-class AutomationSettings(dg.Model):
+class AutomationSettings(StrictFields, dg.Model):
     """When the dataset is refreshed and finalized."""
 
     eager: bool = Field(
@@ -107,7 +108,7 @@ class AutomationSettings(dg.Model):
     timezone: str = Field(default="UTC", description="Timezone of the cron.")
 
 
-class CheckSettings(dg.Model):
+class CheckSettings(StrictFields, dg.Model):
     """The audits run before a version is published."""
 
     enabled: bool = Field(default=True, description="Audit before publishing.")
@@ -139,7 +140,7 @@ class RefinerDatasetScaffolder(dg.Scaffolder):
 
 
 @dg.scaffold_with(RefinerDatasetScaffolder)
-class RefinerDatasetComponent(dg.Component, dg.Model, dg.Resolvable):
+class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvable):
     """A refiner dataset: pipeline → versioned storage → audited, published version.
 
     Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the

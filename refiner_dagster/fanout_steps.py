@@ -40,6 +40,7 @@ from .publish import (
     run_liveness,
 )
 from .storage import DatasetVersion, short_run_id
+from .strict_fields import StrictFields
 
 PipelineFn = Callable[[dg.OpExecutionContext], mdr.Pipeline]
 DEFAULT_MAX_TASKS = 64
@@ -72,7 +73,7 @@ class FanoutTask:
         return [s.id for s in self.shards]
 
 
-class FanoutConfig(dg.Config):
+class FanoutConfig(StrictFields, dg.Config):
     """Run config of a fan-out dataset's plan step."""
 
     max_tasks: int | None = None

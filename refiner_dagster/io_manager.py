@@ -13,7 +13,8 @@ Storage layout (see :mod:`refiner_dagster.storage`)::
     <base_url>/<asset/key>/[<partition>/]v-<run id>/   table files, assets/, _refiner/
     <base_url>/<asset/key>/[<partition>/]_current.json published pointer
 
-``base_url`` defaults to ``<Dagster instance storage>/refiner``.
+``base_url`` defaults to ``<Dagster instance storage>/refiner``, refused when the
+instance is temporary (ephemeral, or ``DAGSTER_HOME`` unset; see :mod:`.instance_storage`).
 
 What an input receives follows its type annotation (``mdr.Pipeline``: a lazy
 pipeline over the published version; ``DatasetVersion``: the published handle) or
@@ -38,6 +39,7 @@ from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import published_metadata
+from .instance_storage import default_base_url
 from .loading import (
     allow_missing,
     dataset_path,
@@ -56,6 +58,7 @@ from .settings import (
     resolve_settings,
 )
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
+from .strict_fields import StrictFields
 from .tables import open_version, written_asset_columns
 
 
@@ -86,14 +89,15 @@ def written_metadata(
     }
 
 
-class _RefinerIOManager(dg.ConfigurableIOManager):
+class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
     """Shared config and behaviour of the blob and file IO managers."""
 
     base_url: str | None = Field(
         default=None,
         description=(
             "Local folder or fsspec URL (s3://bucket/prefix, gs://..., memory://...) under which "
-            "dataset versions land. Default: '<Dagster instance storage directory>/refiner'."
+            "dataset versions land. Default: '<Dagster instance storage directory>/refiner', "
+            "which needs a lasting instance (DAGSTER_HOME set)."
         ),
     )
     storage_options: dict[str, Any] = Field(
@@ -224,8 +228,11 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         options.update(self.storage_options or {})
         return options
 
-    def storage(self, instance: dg.DagsterInstance | None = None) -> DatasetStorage:
-        """Where versions land; ``instance`` gives the default base folder."""
+    def storage(
+        self, instance: dg.DagsterInstance | None = None, *, writing: bool = False
+    ) -> DatasetStorage:
+        """Where versions land; ``instance`` gives the default base folder, which
+        ``writing`` refuses when the instance is temporary (see :mod:`.instance_storage`)."""
         base = self.base_url
         if base is None:
             if instance is None:
@@ -233,7 +240,10 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
                     "the refiner IO manager has no base_url and no Dagster instance to put data "
                     "under; set base_url (a folder or fsspec URL)"
                 )
-            base = os.path.join(instance.storage_directory(), "refiner")
+            if writing:
+                base = default_base_url(instance, owner=type(self).__name__)
+            else:
+                base = os.path.join(instance.storage_directory(), "refiner")
         return DatasetStorage(base, self.resolved_storage_options())
 
     # output ----------------------------------------------------------------------
@@ -257,7 +267,7 @@ class _RefinerIOManager(dg.ConfigurableIOManager):
         """Open the run's version folder (kept when the same run writes it again), with the
         asset's resolved settings and asset config. Fan-out dataset steps call it too."""
         settings, assets = self.writer_config(asset_key, definition_metadata)
-        storage = self.storage(instance or self._instance)
+        storage = self.storage(instance or self._instance, writing=True)
         version = storage.begin(
             asset_key.path,
             partition,

@@ -27,6 +27,7 @@ from refiner_core.manifests import AttemptManifest, DatasetSummary, committed_co
 
 from .metadata import counters_metadata, summary_metadata
 from .storage import short_run_id
+from .strict_fields import StrictFields
 
 SequenceBuilder = Callable[[], mdr.PipelineSequence]
 
@@ -44,7 +45,7 @@ class WriteTask:
         return [s.id for s in self.shards]
 
 
-class PlanConfig(dg.Config):
+class PlanConfig(StrictFields, dg.Config):
     """How ``plan`` groups shards into write steps."""
 
     max_tasks: int = Field(

@@ -29,6 +29,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from .console import output_console
 from .storage import NotAnOutput, StoredOutput, open_output
 
 
@@ -83,7 +84,7 @@ def inspect(out: str, endpoint_url: str | None, options: tuple[str, ...], show_a
     """Rows, shards, attempts, asset columns, blocks with size and fill, counters, files."""
     from .inspection import render_inspection
 
-    render_inspection(_open(out, endpoint_url, options), Console(), show_all=show_all)
+    render_inspection(_open(out, endpoint_url, options), output_console(), show_all=show_all)
 
 
 @main.command()

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .blocks import column_blocks, fill_histogram, list_media
+from .console import print_whole
 from .counters import counters_of, meaning
 from .rows import asset_columns
 from .storage import POINTER, VERSIONS, StoredOutput
@@ -84,7 +85,7 @@ def _asset_table(output: StoredOutput) -> Table | None:
         return None
     table = Table(title="Asset columns", title_justify="left")
     for name in ("column", "kind", "form", "list"):
-        table.add_column(name)
+        table.add_column(name, no_wrap=True)
     for c in columns:
         table.add_row(c.name, c.kind, c.form, "yes" if c.is_list else "no")
     return table
@@ -116,7 +117,7 @@ def _block_tables(output: StoredOutput, show_all: bool) -> list[Table]:
         tables.append(table)
         listing = Table(title="Blocks", title_justify="left")
         for name in ("file", "size", "fill"):
-            listing.add_column(name, justify="left" if name == "file" else "right")
+            listing.add_column(name, justify="left" if name == "file" else "right", no_wrap=True)
         target = stats[0].target
         shown = blocks if show_all else blocks[:MAX_BLOCKS_SHOWN]
         for f in shown:
@@ -129,7 +130,7 @@ def _block_tables(output: StoredOutput, show_all: bool) -> list[Table]:
     if copied:
         table = Table(title="Copied files per column", title_justify="left")
         for name in ("column", "files", "bytes"):
-            table.add_column(name)
+            table.add_column(name, no_wrap=True)
         for column in sorted({f.column for f in copied}):
             mine = [f.size for f in copied if f.column == column]
             table.add_row(column, str(len(mine)), human_bytes(sum(mine)))
@@ -147,9 +148,9 @@ def _counters_table(output: StoredOutput) -> Table:
                 record[k] = record.get(k, 0) + v
         title = "Counters (summed over every attempt manifest: not finalized)"
     table = Table(title=title, title_justify="left")
-    table.add_column("counter")
-    table.add_column("value", justify="right")
-    table.add_column("meaning")
+    table.add_column("counter", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("meaning")  # the one column that wraps
     for key, value in counters_of(record).items():
         table.add_row(key, f"{value:,}", meaning(key))
     return table
@@ -177,12 +178,11 @@ def _where_table(output: StoredOutput) -> Table:
 
 
 def render_inspection(output: StoredOutput, console: Console, *, show_all: bool = False) -> None:
-    """Print the inspection of ``output`` on ``console``."""
-    console.print(_overview(output))
-    assets = _asset_table(output)
-    if assets is not None:
-        console.print(assets)
-    for table in _block_tables(output, show_all):
-        console.print(table)
-    console.print(_counters_table(output))
-    console.print(_where_table(output))
+    """Print the inspection of ``output`` on ``console``, no table cut short: only
+    prose and URLs wrap (each table has at most one column that may), names, numbers
+    and units never do (see :func:`~refiner_core.cli.console.print_whole`)."""
+    tables = [_overview(output), _asset_table(output), *_block_tables(output, show_all)]
+    tables += [_counters_table(output), _where_table(output)]
+    for table in tables:
+        if table is not None:
+            print_whole(console, table)

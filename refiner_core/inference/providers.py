@@ -55,6 +55,24 @@ class Provider(ABC):
                 f"{type(self).__name__}: model must be a non-empty model name such as "
                 f"'gpt-4.1', got {self.model!r}"
             )
+        self._check_base_url(getattr(self, "base_url", None))
+
+    def _check_base_url(self, base_url: object) -> None:
+        """Refuse a base URL that is not a URL: an empty one would otherwise fall back
+        to the public endpoint and send the API key there."""
+        if base_url is None:
+            return
+        if not isinstance(base_url, str):
+            raise TypeError(
+                f"{type(self).__name__}: base_url must be a URL string such as "
+                f"'http://localhost:8000/v1' or None, got {type(base_url).__name__}"
+            )
+        if not base_url.strip():
+            raise ValueError(
+                f"{type(self).__name__}: base_url={base_url!r} is empty; pass base_url=None "
+                "(or leave it out) for the provider's default endpoint, or a full URL such "
+                "as 'http://localhost:8000/v1'. Nothing was sent."
+            )
 
     @abstractmethod
     def endpoint(self) -> str:
