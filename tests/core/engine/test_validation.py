@@ -104,6 +104,17 @@ def test_more_than_ten_thousand_shards_names_the_limit():
         mdr.from_items(range(20_000), items_per_shard=1).materialize()
 
 
+def test_from_items_over_the_shard_limit_fails_when_called():
+    # no plan, no run: building the pipeline is enough to be told, with the fix
+    with pytest.raises(ValueError) as caught:
+        mdr.from_items(range(10_001), items_per_shard=1)
+    message = str(caught.value)
+    assert "10001 items" in message and "10001 shards" in message
+    assert "limit of 10000 shards" in message and "items_per_shard=2 or more" in message
+    assert len(mdr.from_items(range(10_001), items_per_shard=2).plan()) == 5001
+    assert len(mdr.from_items(range(10_000), items_per_shard=1).plan()) == 10_000
+
+
 def test_dtypes_must_be_types():
     with pytest.raises(TypeError, match="dtype for column 'n'"):
         base().map(lambda r: {}, dtypes={"n": "int"})
