@@ -59,8 +59,12 @@ def test_read_parquet_shards_by_row_groups(tmp_path):
     shards = pipeline.plan()
     assert len(shards) == 5 and [s.id for s in shards] == [f"{k:05d}" for k in range(5)]
     assert ids(pipeline) == list(range(1000))
+    group_bytes = pq.ParquetFile(path).metadata.row_group(0).total_byte_size
+    whole = mdr.read_parquet(str(path), target_shard_bytes=group_bytes)
+    assert len(whole.plan()) == 10  # one row group per shard
+    assert ids(whole) == list(range(1000))
     tiny = mdr.read_parquet(str(path), target_shard_bytes=1)
-    assert len(tiny.plan()) == 10  # one row group per shard
+    assert len(tiny.plan()) == 1000  # row groups over the target are cut, down to one row
     assert ids(tiny) == list(range(1000))
 
 
