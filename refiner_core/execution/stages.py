@@ -18,6 +18,7 @@ from ..manifests import (
     write_manifest,
 )
 from ..sources.arrow_cast import schema_with_fields
+from .declared import check_declared, declarations, only_filters
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 
@@ -151,8 +152,12 @@ class WriteStage(ShardedStage):
             record_failed_aborts(self.sink.folder, attempt_key(shard.id, attempt_id))
 
     async def _write_rows(self, shard, worker, counters, progress, builder, writer) -> dict:
-        """Stream the shard's blocks into ``writer``; abort it on any failure."""
+        """Stream the shard's blocks into ``writer``; abort it on any failure.
+
+        The first rows' columns are the attempt's: every ``dtypes=`` entry must be
+        among them (:mod:`refiner_core.execution.declared`)."""
         rows = 0
+        declared = declarations(self.pipeline)
         try:
             async for block in shard_blocks(
                 self.pipeline,
@@ -165,6 +170,13 @@ class WriteStage(ShardedStage):
                     table = block
                 else:
                     table = builder.to_table(block, shard_id=shard.id, first_row=rows)
+                if rows == 0 and table.num_rows:
+                    check_declared(
+                        declared,
+                        table.column_names,
+                        where=f"{self.sink.describe()} shard {shard.id}",
+                        present_as="the columns of the shard's rows",
+                    )
                 rows += table.num_rows
                 await writer.write(table)
                 if progress is not None:
@@ -180,7 +192,7 @@ class WriteStage(ShardedStage):
 def _known_output_schema(pipeline: Any) -> pa.Schema | None:
     """The columns a pipeline's rows have without seeing one: the source's (with declared
     dtypes) when every step only filters; ``None`` when a step may change them."""
-    if any(step.kind != "filter" for step in pipeline.steps):
+    if not only_filters(pipeline):
         return None
     hint = pipeline.source.schema_hint()
     if hint is None:

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import asset_of
+from ..execution.declared import check_against_source
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
@@ -137,13 +138,16 @@ class Pipeline:
         """List this pipeline's shards (reads only metadata), for ``workers`` processes
         sharing them: rows that point at media (asset columns) are cut into enough
         shards to keep every worker busy. Their ids are checked here, before anything
-        is written."""
+        is written, and so are ``dtypes=`` entries when the source's columns are all
+        the rows can have (see :mod:`refiner_core.execution.declared`)."""
         media = any(asset_of(f) is not None for f in self.declared_fields().values())
         hint = ShardHint(workers=workers, media=media)
         # a source written before plans took a hint has plan(self)
         takes_hint = bool(inspect.signature(self.source.plan).parameters)
         shards = self.source.plan(hint) if takes_hint else self.source.plan()
-        return check_shard_ids(list(shards), source=self.source.name)
+        shards = check_shard_ids(list(shards), source=self.source.name)
+        check_against_source(self)
+        return shards
 
     # writers ----------------------------------------------------------------
     def write(self, format: Format, output: str, **options: Any):

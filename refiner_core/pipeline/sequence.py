@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..execution.stages import ShardedStage, WriteStage
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..manifests import DatasetSummary
+from ..row import Row
 
 
 class PipelineSequence:
@@ -30,6 +32,11 @@ class PipelineSequence:
         >>> manifests = stage.run_task(stage.plan("0123456789ab"), run_id="0123456789ab")
         >>> seq.finalize("0123456789ab").rows_written
         2
+
+    Previewing the rows a writer would write, without writing anything::
+
+        >>> mdr.from_items([{"x": 1}, {"x": 2}]).write_parquet(out).take(1)
+        [Row({'x': 1})]
     """
 
     def __init__(self, stages: list[Any]) -> None:
@@ -91,6 +98,21 @@ class PipelineSequence:
         if summary is None:
             raise ValueError(f"{self!r} has no finalization stage after its write stage")
         return summary
+
+    # previews -----------------------------------------------------------------
+    def iter_rows(self) -> Iterator[Row]:
+        """The rows the write stage would write, run in this process with nothing
+        written (no sink, no assets copied, no finalization): the write stage's
+        pipeline's :meth:`~refiner_core.Pipeline.iter_rows`."""
+        return self.write_stage.pipeline.iter_rows()
+
+    def take(self, n: int) -> list[Row]:
+        """The first ``n`` rows the write stage would write; nothing is written."""
+        return self.write_stage.pipeline.take(n)
+
+    def materialize(self) -> list[Row]:
+        """Every row the write stage would write, as a list; nothing is written."""
+        return self.write_stage.pipeline.materialize()
 
     @property
     def output(self) -> str | None:

@@ -12,7 +12,8 @@ _FIELDS = {"shard", "attempt"}
 
 
 class FilenameTemplate:
-    """``"{shard}__{attempt}.parquet"``-style names; both fields are required.
+    """``"{shard}__{attempt}.parquet"``-style names; both fields are required, written
+    plainly (no format spec such as ``{shard:>12}``, no conversion such as ``{shard!r}``).
 
     Example:
         >>> FilenameTemplate("part-{shard}-{attempt}.parquet").format("00001", "0123456789ab")
@@ -23,11 +24,13 @@ class FilenameTemplate:
         if not isinstance(template, str) or not template:
             raise ValueError(f"filename_template must be a non-empty string, got {template!r}")
         try:
-            names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+            parsed = [p for p in string.Formatter().parse(template) if p[1] is not None]
         except ValueError as exc:
             raise ValueError(
                 f"filename_template {template!r} is not a valid format string: {exc}"
             ) from exc
+        _refuse_formatting(template, parsed)
+        names = {field for _, field, _, _ in parsed}
         unknown = names - _FIELDS
         if unknown:
             raise ValueError(
@@ -90,3 +93,16 @@ class FilenameTemplate:
         """``(shard, attempt)`` of a file this template named, else ``None``."""
         match = self._regex.match(relative)
         return (match["shard"], match["attempt"]) if match else None
+
+
+def _refuse_formatting(template: str, parsed: list[tuple[str, str, str, str | None]]) -> None:
+    """Refuse format specs and conversions: they pad with spaces or add quotes, making
+    names that are awkward to use and that finalization could not match to attempts."""
+    for _, field, spec, conversion in parsed:
+        if spec or conversion:
+            shown = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(
+                f"filename_template {template!r} writes {{{shown}}}: format specs (':...') and "
+                "conversions ('!r', '!s', '!a') are not allowed, since they put spaces or "
+                f"quotes into file names; write the field as {{{field}}}"
+            )

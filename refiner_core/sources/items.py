@@ -8,11 +8,14 @@ from typing import Any
 from ..datatype import fields_from_dtypes
 from ..row import Row
 from ..validation import check_positive
-from .base import Shard, make_shards
+from .base import MAX_SHARDS, Shard, make_shards
 
 
 class ItemsSource:
-    """A list of Python values split into shards of ``items_per_shard``."""
+    """A list of Python values split into shards of ``items_per_shard``.
+
+    Items that would make more than ``MAX_SHARDS`` shards are refused when the source
+    is built, not when it is launched."""
 
     name = "from_items"
 
@@ -28,6 +31,7 @@ class ItemsSource:
             raise TypeError("from_items expects an iterable of items (e.g. a list of dicts)")
         self.items = list(items)
         self.items_per_shard = items_per_shard
+        _check_shard_count(len(self.items), items_per_shard)
         self.fields = fields_from_dtypes(dtypes)
 
     def plan(self, hint: Any = None) -> list[Shard]:
@@ -52,3 +56,15 @@ class ItemsSource:
                 else:
                     block.append(Row._wrap({"item": item}))
             yield block
+
+
+def _check_shard_count(count: int, items_per_shard: int) -> None:
+    """Refuse, when the pipeline is built, items that would plan more than ``MAX_SHARDS``."""
+    shards = -(-count // items_per_shard)
+    if shards > MAX_SHARDS:
+        needed = -(-count // MAX_SHARDS)
+        raise ValueError(
+            f"from_items: {count} items at items_per_shard={items_per_shard} make {shards} "
+            f"shards, over the limit of {MAX_SHARDS} shards per plan; pass "
+            f"items_per_shard={needed} or more"
+        )

@@ -24,11 +24,12 @@ from .base import (
 )
 from .files import expand_inputs
 from .parquet_reads import FileRows, iter_row_range_batches
-from .row_ranges import RowSpan, ShardHint, split_pieces, wanted_shards
+from .row_ranges import RowSpan, ShardHint, cut_to_target, split_pieces, wanted_shards
 
 
 class ParquetSource:
-    """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``.
+    """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``
+    (a larger row group is cut into row ranges of about that size, one shard each).
 
     With ``num_shards`` the plan has exactly ``min(num_shards, rows)`` shards, row groups
     cut into row ranges where there are fewer of them; a pipeline with asset columns run
@@ -105,12 +106,15 @@ class ParquetSource:
                     (full_url(fs, path), rg, first, group.num_rows, max(1, group.total_byte_size))
                 )
                 first += group.num_rows
-        groups = group_runs(
-            [piece[4] for piece in pieces],
-            target=self.target_shard_bytes,
-            num_shards=self.num_shards,
-        )
-        runs = [[RowSpan(i, 0, pieces[i][3]) for i in group] for group in groups]
+        if self.num_shards is None:
+            spans, weights = cut_to_target(
+                [p[3] for p in pieces], [p[4] for p in pieces], self.target_shard_bytes
+            )
+        else:  # an exact count: cut below, by split_pieces
+            spans = [RowSpan(i, 0, piece[3]) for i, piece in enumerate(pieces)]
+            weights = [piece[4] for piece in pieces]
+        groups = group_runs(weights, target=self.target_shard_bytes, num_shards=self.num_shards)
+        runs = [[spans[i] for i in group] for group in groups]
         minimum = (hint or ShardHint()).min_shards(self.schema_hint())
         count = wanted_shards(self.num_shards, minimum, len(runs))
         total_rows = sum(piece[3] for piece in pieces)

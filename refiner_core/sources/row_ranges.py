@@ -112,6 +112,44 @@ def split_pieces(rows: list[int], weights: list[int], count: int) -> list[list[R
     return shards
 
 
+def cut_to_target(
+    rows: list[int], weights: list[int], target: int
+) -> tuple[list[RowSpan], list[int]]:
+    """Every piece as one span, except those weighing more than ``target``, which are
+    cut into equal row ranges of about ``target`` each (their weight over ``target``,
+    rounded; one row is never cut). Returns the spans, in order, and their weights.
+
+    Refuses, before building them, cuts that alone pass ``MAX_SHARDS`` (no two ranges
+    of one piece fit in one shard of ``target``).
+
+    Example:
+        >>> spans, weights = cut_to_target([100, 10], [41, 5], 10)
+        >>> [(s.piece, s.start, s.stop) for s in spans], weights
+        ([(0, 0, 25), (0, 25, 50), (0, 50, 75), (0, 75, 100), (1, 0, 10)], [10, 10, 10, 10, 5])
+    """
+    cuts = [
+        min(max(n, 1), max(1, (w + target // 2) // target))
+        for n, w in zip(rows, weights, strict=True)
+    ]
+    cut = sum(k for k in cuts if k > 1)
+    if cut > MAX_SHARDS:
+        raise ValueError(
+            f"target_shard_bytes={target} cuts the row groups into {cut} shards, over the "
+            f"limit of {MAX_SHARDS} shards per plan; raise target_shard_bytes to at least "
+            f"{-(-sum(weights) // MAX_SHARDS)} or pass num_shards"
+        )
+    spans: list[RowSpan] = []
+    span_weights: list[int] = []
+    for i, k in enumerate(cuts):
+        bounds = [rows[i] * j // k for j in range(k + 1)]
+        for j in range(k):
+            spans.append(RowSpan(i, bounds[j], bounds[j + 1]))
+            span_weights.append(
+                weights[i] if k == 1 else weights[i] * (bounds[j + 1] - bounds[j]) // rows[i]
+            )
+    return spans, span_weights
+
+
 def _balanced_runs(pieces: list[int], weights: list[int], count: int) -> list[list[int]]:
     """``pieces`` in exactly ``count`` non-empty runs, each cut at the piece boundary
     nearest to its share of the total weight."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -196,3 +197,58 @@ def test_resume_plans_as_the_first_launch_and_redoes_nothing_committed(tmp_path)
         assert all(calls[i] == 1 for i in range(first, first + rows_per_shard)), shard_id
     assert called_once <= set(calls)
     assert sorted(r["i"] for r in read_output_rows(out)) == list(range(800))
+
+
+MB = 1_000_000
+
+
+def wide_file(path, rows: int, row_bytes: int, **kw) -> str:
+    """A table of ``rows`` rows carrying ``row_bytes`` of incompressible bytes each."""
+    rng = random.Random(7)
+    payload = [rng.randbytes(row_bytes) for _ in range(rows)]
+    pq.write_table(pa.table({"i": list(range(rows)), "frame": payload}), path, **kw)
+    return str(path)
+
+
+def test_target_shard_bytes_cuts_an_oversized_row_group_into_shards(tmp_path):
+    # one row group of about 40 MB, a 10 MB target: four shards of its rows
+    path = wide_file(tmp_path / "wide.parquet", 4_000, 10_000, compression="none")
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups == 1 and meta.row_group(0).total_byte_size > 40 * MB
+    pipeline = mdr.read_parquet(path, target_shard_bytes=10 * MB)
+    shards = pipeline.plan()
+    assert len(shards) == 4
+    parts = rows_by_shard(pipeline, shards)
+    assert [i for part in parts for i in part] == list(range(4_000))  # in order, each row once
+    assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    assert mdr.read_parquet(path, target_shard_bytes=10 * MB).plan() == shards  # stable
+
+    out = tmp_path / "out"
+    pipeline.map(lambda r: {"size": len(r.frame)}).filter(lambda r: r.i % 100 == 0).write_parquet(
+        str(out)
+    ).launch_local(num_workers=1)
+    assert [(r["i"], r["size"]) for r in read_output_rows(out)] == [
+        (i, 10_000) for i in range(0, 4_000, 100)
+    ]
+
+
+def test_row_groups_under_the_target_stay_whole_beside_a_cut_one(tmp_path):
+    # row groups of 1000, 100 and 100 rows of 5 kB: 5 MB, then two of 0.5 MB
+    path = wide_file(tmp_path / "mixed.parquet", 1_200, 5_000, compression="none")
+    path2 = tmp_path / "groups.parquet"
+    table = pq.read_table(path)
+    with pq.ParquetWriter(path2, table.schema, compression="none") as writer:
+        for start, size in ((0, 1_000), (1_000, 100), (1_100, 100)):
+            writer.write_table(table.slice(start, size), row_group_size=size)
+    pipeline = mdr.read_parquet(str(path2), target_shard_bytes=2 * MB)
+    shards = pipeline.plan()
+    parts = rows_by_shard(pipeline, shards)
+    assert [i for part in parts for i in part] == list(range(1_200))
+    # the 5 MB group in three ranges; the two small groups together in one shard
+    assert [len(p) for p in parts] == [333, 333, 334, 200]
+
+
+def test_cuts_past_the_shard_limit_are_refused_with_the_target_that_fits(tmp_path):
+    path = index_file(tmp_path / "index.parquet", 20_000)
+    with pytest.raises(ValueError, match=r"over the limit of 10000.*target_shard_bytes to at"):
+        mdr.read_parquet(path, target_shard_bytes=1).plan()

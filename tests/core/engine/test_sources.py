@@ -59,8 +59,12 @@ def test_read_parquet_shards_by_row_groups(tmp_path):
     shards = pipeline.plan()
     assert len(shards) == 5 and [s.id for s in shards] == [f"{k:05d}" for k in range(5)]
     assert ids(pipeline) == list(range(1000))
+    group_bytes = pq.ParquetFile(path).metadata.row_group(0).total_byte_size
+    whole = mdr.read_parquet(str(path), target_shard_bytes=group_bytes)
+    assert len(whole.plan()) == 10  # one row group per shard
+    assert ids(whole) == list(range(1000))
     tiny = mdr.read_parquet(str(path), target_shard_bytes=1)
-    assert len(tiny.plan()) == 10  # one row group per shard
+    assert len(tiny.plan()) == 1000  # row groups over the target are cut, down to one row
     assert ids(tiny) == list(range(1000))
 
 
@@ -249,14 +253,10 @@ def test_from_items_accepts_generators():
 def test_ten_thousand_shards_is_the_limit():
     assert mdr.MAX_SHARDS == 10_000
     assert len(mdr.from_items(range(10_000), items_per_shard=1).plan()) == 10_000
-    over = mdr.from_items(range(10_001), items_per_shard=1)
-    with pytest.raises(ValueError, match="10000") as info:
-        over.plan()
-    assert "limit" in str(info.value)
-    with pytest.raises(ValueError, match="limit"):
-        over.materialize()
-    with pytest.raises((ValueError, mdr.StageFailed), match="limit"):
-        over.launch_local()
+    # refused when built, before any plan or launch
+    with pytest.raises(ValueError, match="10001 shards, over the limit of 10000") as info:
+        mdr.from_items(range(10_001), items_per_shard=1)
+    assert "items_per_shard=2 or more" in str(info.value)
 
 
 def test_num_shards_over_the_limit_fails_when_built(tmp_path):

@@ -99,9 +99,42 @@ def test_filename_template_must_stay_inside_the_output(tmp_path, template, write
     assert not out.exists() or all_files(out) == []
 
 
+@pytest.mark.parametrize(
+    ("template", "shown"),
+    [
+        ("x-{shard:>12}-{attempt}", "{shard:>12}"),
+        ("x-{shard!r}-{attempt}", "{shard!r}"),
+        ("x-{shard}-{attempt!s:>14}", "{attempt!s:>14}"),
+        ("x-{shard:05}-{attempt}", "{shard:05}"),
+    ],
+)
+@pytest.mark.parametrize("writer", ["write_parquet", "write_jsonl"])
+def test_filename_template_refuses_format_specs_and_conversions(tmp_path, template, shown, writer):
+    # each of these names files with spaces or quotes today
+    template += ".parquet" if writer == "write_parquet" else ".jsonl"
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as caught:
+        getattr(base(), writer)(str(out), filename_template=template)
+    message = str(caught.value)
+    assert f"filename_template {template!r} writes {shown}" in message
+    assert "write the field as {" in message
+    assert not out.exists()
+
+
 def test_more_than_ten_thousand_shards_names_the_limit():
     with pytest.raises(ValueError, match=r"limit of 10000 shards"):
         mdr.from_items(range(20_000), items_per_shard=1).materialize()
+
+
+def test_from_items_over_the_shard_limit_fails_when_called():
+    # no plan, no run: building the pipeline is enough to be told, with the fix
+    with pytest.raises(ValueError) as caught:
+        mdr.from_items(range(10_001), items_per_shard=1)
+    message = str(caught.value)
+    assert "10001 items" in message and "10001 shards" in message
+    assert "limit of 10000 shards" in message and "items_per_shard=2 or more" in message
+    assert len(mdr.from_items(range(10_001), items_per_shard=2).plan()) == 5001
+    assert len(mdr.from_items(range(10_000), items_per_shard=1).plan()) == 10_000
 
 
 def test_dtypes_must_be_types():
