@@ -29,6 +29,7 @@ from .start_methods import (
     stage_in_worker,
     worker_context,
 )
+from .watchdog import DEFAULT_PROGRESS_TIMEOUT_S, ProgressWatch, check_progress_timeout
 from .worker import WorkerContext
 
 _PROGRESS_EVERY_S = 0.25
@@ -283,6 +284,7 @@ def _run_sharded(
     exiting: list[Any],
     start_method: str,
     lease: Lease | None = None,
+    progress_timeout_s: float | None = DEFAULT_PROGRESS_TIMEOUT_S,
 ) -> None:
     ctx = worker_context(start_method)
     sent = stage_for_workers(stage, start_method)
@@ -309,10 +311,12 @@ def _run_sharded(
     live = set(range(n))
     remaining = {s.id for s in shards}
     failure: tuple[str | None, str, str] | None = None
+    watch = ProgressWatch(progress_timeout_s)
 
     def dispatch(w: int) -> None:
         shard = todo.popleft() if todo else None
         running[w] = shard.id if shard is not None else None
+        watch.assign(w, running[w])
         if w in released:
             return
         with contextlib.suppress(OSError):  # a dead worker is noticed by its EOF
@@ -325,6 +329,19 @@ def _run_sharded(
     def died(w: int) -> tuple[str | None, str, str]:
         procs[w].join(timeout=5)
         return (running[w], f"worker process {w} died with exit code {procs[w].exitcode}", "")
+
+    def kill_hung() -> tuple[str | None, str, str] | None:
+        found = None
+        for hung in watch.overdue():
+            w = hung.worker
+            watch.forget(w)
+            if w not in live:  # already gone, and handled as such
+                continue
+            procs[w].kill()  # a hung worker cannot run its SIGTERM handler
+            live.discard(w)
+            cause = hung.describe(procs[w].pid, progress_timeout_s or 0)
+            found = found or (hung.shard_id if hung.running else None, cause, "")
+        return found
 
     settled = False
     try:
@@ -347,6 +364,7 @@ def _run_sharded(
                     if running[w] is not None or procs[w].exitcode not in (0, None):
                         failure = failure or died(w)
                     continue
+                watch.heard(w)
                 kind = message[0]
                 if kind == "progress":
                     progress.update(rows=message[2], nbytes=message[3])
@@ -360,6 +378,8 @@ def _run_sharded(
                     failure = failure or (message[2], message[3], message[4])
                 elif kind == "exit":
                     live.discard(w)
+                    watch.forget(w)
+            failure = failure or kill_hung()
         if failure is None and remaining:
             failure = (sorted(remaining)[0], "workers exited before finishing every shard", "")
         settled = True
@@ -428,8 +448,10 @@ def launch(
     start_method: str | None = None,
     fresh: bool = False,
     owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    progress_timeout_s: float | None = DEFAULT_PROGRESS_TIMEOUT_S,
 ) -> LaunchStats:
     check_positive("num_workers", num_workers)
+    check_progress_timeout(progress_timeout_s)
     if not (isinstance(owner_stale_after_s, int | float) and owner_stale_after_s > 0):
         raise ValueError(
             f"owner_stale_after_s must be a positive number of seconds, got {owner_stale_after_s!r}"
@@ -461,7 +483,17 @@ def launch(
                     raise
                 owners[sink.url] = ownership
                 ownership.start_heartbeats()
-        _run_stages(sequence, stats, state, name, num_workers, exiting, start_method, owners)
+        _run_stages(
+            sequence,
+            stats,
+            state,
+            name,
+            num_workers,
+            exiting,
+            start_method,
+            owners,
+            progress_timeout_s,
+        )
     finally:
         _reap(exiting)
         for ownership in owners.values():
@@ -490,6 +522,7 @@ def _run_stages(
     exiting: list[Any],
     start_method: str,
     owners: dict[str, OutputOwnership],
+    progress_timeout_s: float | None,
 ) -> None:
     writes: dict[int, int] = {}  # id of a write stage's sink -> the stage's index
     for index, stage in enumerate(sequence.stages):
@@ -542,6 +575,7 @@ def _run_stages(
                         exiting,
                         start_method,
                         lease,
+                        progress_timeout_s,
                     )
             finally:
                 progress.close()

@@ -32,9 +32,15 @@ _LAUNCHER_MODULE = "refiner_core.execution.launcher"
 
 def resolve_start_method(start_method: str | None) -> str:
     """The start method to use: ``start_method`` checked against this platform, or for
-    ``None`` fork where it is available and safe, else spawn. Fork copies the launcher,
-    which is unsafe once this process runs Lance itself (refiner keeps Lance out of it,
-    unless its helper process died)."""
+    ``None`` fork where it is available and safe, else spawn.
+
+    Fork copies the launcher, which is unsafe once Lance has started in it: the program
+    called Lance itself (opened or wrote a dataset), or refiner's helper process died.
+    Lance merely imported keeps fork, the fast start, since refiner's own Lance calls
+    run in helper processes. The fallback is spawn rather than forkserver because the
+    fork server imports the launching script's top level, and forks workers from that:
+    a script that calls Lance there would make them unsafe again, while each spawned
+    worker is a fresh interpreter of its own."""
     available = multiprocessing.get_all_start_methods()
     if start_method is None:
         return "fork" if "fork" in available and not lance_runs_here() else "spawn"

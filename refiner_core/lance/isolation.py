@@ -7,6 +7,9 @@ prepares and commits (the one that imported refiner) never calls Lance itself.
 it ever used Lance (calls that cannot be pickled run in a child forked for them), and
 :func:`iter_isolated` streams Arrow tables back from a child forked per stream.
 Worker processes, forked from a process that never used Lance, call it directly.
+Once the program calls Lance itself (see :mod:`~refiner_core.lance.usage`), forking it
+is unsafe for helpers too: refiner's calls then run in it, and ``launch_local`` starts
+its workers with spawn.
 
 Why this stays rather than starting Lance workers with ``forkserver``/``spawn`` (which
 need no isolation, and which ``launch_local(start_method=...)`` offers): such a worker

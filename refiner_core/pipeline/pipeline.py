@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from ..datatype import asset_of
 from ..execution.declared import check_against_source
+from ..execution.watchdog import DEFAULT_PROGRESS_TIMEOUT_S
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
@@ -257,6 +258,7 @@ class Pipeline:
         start_method: str | None = None,
         fresh: bool = False,
         owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
+        progress_timeout_s: float | None = DEFAULT_PROGRESS_TIMEOUT_S,
     ):
         """Run with worker processes; see :meth:`PipelineSequence.launch_local`."""
         from .sequence import PipelineSequence
@@ -268,4 +270,5 @@ class Pipeline:
             start_method=start_method,
             fresh=fresh,
             owner_stale_after_s=owner_stale_after_s,
+            progress_timeout_s=progress_timeout_s,
         )

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..execution.stages import ShardedStage, WriteStage
+from ..execution.watchdog import DEFAULT_PROGRESS_TIMEOUT_S
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..manifests import DatasetSummary
 from ..row import Row
@@ -131,6 +132,7 @@ class PipelineSequence:
         start_method: str | None = None,
         fresh: bool = False,
         owner_stale_after_s: float = DEFAULT_STALE_AFTER_S,
+        progress_timeout_s: float | None = DEFAULT_PROGRESS_TIMEOUT_S,
     ):
         """Run every stage in order with ``num_workers`` worker processes.
 
@@ -151,8 +153,12 @@ class PipelineSequence:
         (``<output>/_refiner/owners/``): another launch on a folder it owns fails at
         once with :class:`~refiner_core.io.ownership.OutputFolderBusy`. A launch that
         died (its process gone on this machine, or no heartbeat for
-        ``owner_stale_after_s`` seconds, 120 by default) is taken over. Returns
-        :class:`LaunchStats` with the finalization summary.
+        ``owner_stale_after_s`` seconds, 120 by default) is taken over.
+
+        A worker that sends no progress for ``progress_timeout_s`` seconds (1800 by
+        default; it reports after every block of rows it writes) is taken as hung: it
+        is killed and the stage fails naming the worker and its shard. ``None`` waits
+        forever. Returns :class:`LaunchStats` with the finalization summary.
         """
         from ..execution.launcher import launch
 
@@ -164,4 +170,5 @@ class PipelineSequence:
             start_method=start_method,
             fresh=fresh,
             owner_stale_after_s=owner_stale_after_s,
+            progress_timeout_s=progress_timeout_s,
         )
