@@ -4,10 +4,14 @@ A row names the file its asset is copied from, so a hostile or careless row coul
 pull any file the worker can read into the dataset (``/proc/self/environ`` holds the
 worker's API keys). By default every source is allowed except local files under
 ``/proc``, ``/sys`` and ``/dev`` (by path, or through symlinks by the device the file
-is on) and local paths that are not regular files. With ``allowed_sources``, a source
-must also lie under one of the listed URL prefixes or local folders, local paths
-resolved (symlinks included) first; a pseudo-filesystem stays refused unless a listed
-folder lies inside it.
+is on, which may be any filesystem mounted below them, such as ``/dev/shm``) and
+local paths that are not regular files. A chained fsspec URL
+(``simplecache::file:///data/a.png``) is judged by its innermost link, the one that
+serves the bytes; its outer links must be fsspec's caching layers unless their
+protocol is listed as ``"<protocol>::"``. With ``allowed_sources``, a source must also
+lie under one of the listed URL prefixes or local folders, local paths resolved
+(symlinks included) first; a pseudo-filesystem stays refused unless a listed folder
+lies inside it.
 
 Example:
     >>> policy = SourcePolicy(["s3://media/", "/data"])
@@ -24,6 +28,8 @@ import os
 import posixpath
 import stat
 from collections.abc import Sequence
+
+from ...io.url_chain import CACHE_WRAPPERS, SEPARATOR, WRAPPING_PROTOCOLS, protocol_of, split_chain
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 _PSEUDO_PREFIXES = tuple(f"{root}/" for root in PSEUDO_FILESYSTEMS)
@@ -48,8 +54,13 @@ def _pseudo_root(path: str) -> str | None:
 
 
 def is_url(value: str) -> bool:
-    """Whether ``value`` names a remote object (``file://`` paths are local)."""
-    return "://" in value and not value.startswith("file://")
+    """Whether ``value`` names a remote object or a URL chain (``file://`` paths are local)."""
+    return ("://" in value and not value.startswith("file://")) or SEPARATOR in value
+
+
+def _is_wrapper_entry(entry: str) -> bool:
+    """An ``allowed_sources`` entry such as ``"zip::"`` that admits one wrapper protocol."""
+    return entry.endswith(SEPARATOR) and entry[: -len(SEPARATOR)].isidentifier()
 
 
 def _local(value: str) -> str:
@@ -70,10 +81,12 @@ def check_allowed_sources(value: object) -> tuple[str, ...] | None:
             raise ValueError(
                 f"allowed_sources entries must be non-empty strings, got {entry!r} in {value!r}"
             )
-        if not is_url(entry) and not os.path.isabs(_strip_file(entry)):
+        if _is_wrapper_entry(entry):
+            continue
+        if SEPARATOR in entry or (not is_url(entry) and not os.path.isabs(_strip_file(entry))):
             raise ValueError(
-                f"allowed_sources entry {entry!r} must be a URL prefix (s3://bucket/prefix) or an "
-                "absolute local folder"
+                f"allowed_sources entry {entry!r} must be a URL prefix (s3://bucket/prefix), an "
+                "absolute local folder or a wrapper protocol such as 'zip::'"
             )
     return tuple(value)
 
@@ -82,15 +95,64 @@ def _strip_file(value: str) -> str:
     return value[7:] if value.startswith("file://") else value
 
 
+# Kernel and memory filesystems: one mounted below a pseudo-filesystem root is one too.
+# Disk-backed mounts there (a bound /dev/termination-log) share a device with real data.
+_VIRTUAL_TYPES = frozenset(
+    [
+        "tmpfs",
+        "devtmpfs",
+        "devpts",
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "mqueue",
+        "hugetlbfs",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "binfmt_misc",
+        "autofs",
+        "efivarfs",
+        "ramfs",
+    ]
+)
+
+
+def _mounts_below_pseudo_roots() -> list[tuple[str, str]]:
+    """``(mount point, root)`` of each virtual filesystem mounted under a pseudo root."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3 or fields[2] not in _VIRTUAL_TYPES:
+            continue
+        point = fields[1].encode().decode("unicode_escape")  # the table writes " " as \040
+        root = _pseudo_root(point)
+        if root is not None:
+            found.append((point, root))
+    return found
+
+
 def _pseudo_devices() -> dict[int, str]:
-    """``st_dev`` of each pseudo-filesystem root, so a path that reaches one through a
-    symlink is recognised by one ``stat`` instead of resolving every path component."""
+    """``st_dev`` of each pseudo-filesystem root and of the virtual filesystems mounted
+    below one (``/dev/shm``), so a path that reaches one through a symlink is
+    recognised by one ``stat`` instead of resolving every path component."""
     global _PSEUDO_DEVICES
     if _PSEUDO_DEVICES is None:
-        found = {}
-        for root in PSEUDO_FILESYSTEMS:
+        found: dict[int, str] = {}
+        points = [(root, root) for root in PSEUDO_FILESYSTEMS] + _mounts_below_pseudo_roots()
+        for point, root in points:
             try:
-                found.setdefault(os.stat(root).st_dev, root)
+                found.setdefault(os.lstat(point).st_dev, root)
             except OSError:
                 continue
         _PSEUDO_DEVICES = found
@@ -108,19 +170,50 @@ class SourcePolicy:
     file is on. With ``allowed`` folders, local paths are resolved and must lie in one.
     """
 
-    def __init__(self, allowed: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, allowed: Sequence[str] | None = None, *, reader: str = "asset writers"
+    ) -> None:
         self.allowed = tuple(allowed) if allowed is not None else None
-        self._urls = tuple(a for a in self.allowed or () if is_url(a))
-        self._folders = tuple(_local(a) for a in self.allowed or () if not is_url(a))
+        self.reader = reader
+        entries = [a for a in self.allowed or () if not _is_wrapper_entry(a)]
+        self._wrappers = frozenset(
+            a[: -len(SEPARATOR)] for a in self.allowed or () if _is_wrapper_entry(a)
+        )
+        self._urls = tuple(a for a in entries if is_url(a))
+        self._folders = tuple(_local(a) for a in entries if not is_url(a))
 
     def check(self, value: str) -> str | None:
-        """Refuse ``value`` or return the local path to open (``None`` for a URL)."""
+        """Refuse ``value`` or return the local path to open (``None`` for a URL, chains
+        included: they are opened through fsspec once their innermost link passed)."""
+        chain = split_chain(value)
+        if chain.chained or protocol_of(chain.target) in WRAPPING_PROTOCOLS:
+            self._check_chain(chain)
+            return None
         if is_url(value):
             self._check_url(value)
             return None
         return self.check_local(value)
 
-    def _check_url(self, url: str) -> None:
+    def _check_chain(self, chain) -> None:
+        for protocol in chain.wrappers:
+            if protocol not in CACHE_WRAPPERS and protocol not in self._wrappers:
+                raise RefusedSource(
+                    f"source {chain.url!r} reads through {protocol!r}, a wrapper that changes "
+                    f"which bytes are read; {self.reader} refuse it. Add '{protocol}::' to "
+                    "allowed_sources (with the inner URL's prefix or folder) if this is intended"
+                )
+        if protocol_of(chain.target) in WRAPPING_PROTOCOLS:
+            raise RefusedSource(
+                f"source {chain.url!r} ends in {protocol_of(chain.target)!r}, which reads "
+                "through another filesystem it does not name; write that filesystem's URL "
+                f"after '::' (e.g. 'simplecache::s3://bucket/key') so it can be judged"
+            )
+        if is_url(chain.target):
+            self._check_url(chain.target, shown=chain.url)
+        else:
+            self.check_local_file(chain.target, shown=chain.url)
+
+    def _check_url(self, url: str, shown: str | None = None) -> None:
         if self.allowed is None:
             return
         scheme, rest = url.split("://", 1)
@@ -132,8 +225,9 @@ class SourcePolicy:
                 ok = _under(url, prefix) and _under(normal, prefix)
             if ok:
                 return
+        where = repr(url) if shown is None else f"{shown!r} (read from {url!r})"
         raise RefusedSource(
-            f"source {url!r} is outside allowed_sources {list(self.allowed)}; add its prefix "
+            f"source {where} is outside allowed_sources {list(self.allowed)}; add its prefix "
             "or folder to allowed_sources to read it"
         )
 
@@ -145,7 +239,7 @@ class SourcePolicy:
         shown = repr(value) if real == value else f"{value!r} (resolved to {real!r})"
         raise RefusedSource(
             f"source {shown} is under {root}, a pseudo-filesystem whose files are never "
-            f"media; asset writers refuse it. List a folder under {root} in "
+            f"media; {self.reader} refuse it. List a folder under {root} in "
             "allowed_sources if this is intended"
         )
 
@@ -154,10 +248,16 @@ class SourcePolicy:
         ``allowed`` lists folders, so the file opened is the file judged)."""
         return self.check_local_file(value)[0]
 
-    def check_local_file(self, value: str) -> tuple[str, int | None]:
+    def check_local_file(self, value: str, shown: str | None = None) -> tuple[str, int | None]:
         """:meth:`check_local`, and the size of the file judged (``None`` when it could
-        not be stat'ed: missing or unreadable, which opening it then reports)."""
+        not be stat'ed: missing or unreadable, which opening it then reports).
+        ``shown`` is what errors call the source (the whole URL of a chain)."""
+        if SEPARATOR in value:  # never opened as one local file: fsspec reads it as a chain
+            raise RefusedSource(
+                f"source {value!r} is a URL chain, not a local file; it is judged and read as a URL"
+            )
         path = os.path.abspath(_strip_file(value))
+        value = value if shown is None else shown
         if self.allowed is not None:
             path = os.path.realpath(path)
         root = _pseudo_root(path)
