@@ -117,7 +117,8 @@ def check_range(target: Target, url: str, offset: int, size: int) -> None:
 
 @contextlib.contextmanager
 def naming(url: str, offset: int, size: int, storage_options: dict[str, Any] | None) -> Iterator:
-    """Re-raise a read's ``OSError`` with the reference in its message (same type)."""
+    """Re-raise a read's error with the reference in its message (same type for OSError,
+    ``PermissionError`` saying how to pass credentials when the store had none)."""
     try:
         yield
     except OSError as exc:
@@ -125,3 +126,13 @@ def naming(url: str, offset: int, size: int, storage_options: dict[str, Any] | N
             raise
         message = f"{describe(url, offset, size)}: {exc.strerror or exc}"
         raise type(exc)(exc.errno, message) if exc.errno else type(exc)(message) from exc
+    except Exception as exc:
+        if type(exc).__name__ != "NoCredentialsError":
+            raise
+        given = "" if not storage_options else " (the storage_options given hold none)"
+        raise PermissionError(
+            f"{describe(url, offset, size)}: no credentials were found to read it{given}; "
+            "pass storage_options={'key': ..., 'secret': ...} (plus 'endpoint_url' for a "
+            "non-AWS store, or {'anon': True} for a public bucket) to read_blob/read_blobs, "
+            "or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        ) from exc

@@ -3,10 +3,13 @@ and errors that name the reference."""
 
 from __future__ import annotations
 
+import os
 import tracemalloc
+import uuid
 from pathlib import Path
 
 import pytest
+import s3fs
 
 import refiner_core as mdr
 from refiner_core.sinks.assets.sources import RefusedSource
@@ -145,3 +148,34 @@ def test_read_errors_name_the_reference(tmp_path):
     with pytest.raises(FileNotFoundError) as caught:
         mdr.read_blob({"path": missing, "offset": 5, "size": 9})
     assert f"{missing!r} [5, 14) (offset 5, size 9)" in str(caught.value)
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_SECURITY_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.mark.parametrize("reader", ["read_blob", "read_blobs"])
+def test_s3_read_without_credentials_says_how_to_pass_them(
+    reader, s3_server, s3_bucket, no_aws_credentials
+):
+    key = f"blocks/{uuid.uuid4().hex}.bin"
+    s3_server.client().put_object(Bucket=s3_bucket, Key=key, Body=DATA)
+    url = f"s3://{s3_bucket}/{key}"
+    options = {"endpoint_url": s3_server.endpoint_url, "anon": False}
+    with pytest.raises(PermissionError) as caught:
+        READERS[reader]({"path": url, "offset": 2, "size": 3}, storage_options=options)
+    message = str(caught.value)
+    assert url in message and "[2, 5)" in message
+    assert "no credentials" in message and "storage_options={'key'" in message
+    assert type(caught.value.__cause__).__name__ == "NoCredentialsError"
+    assert "AWS_SECRET_ACCESS_KEY" in message and os.environ.get("AWS_ACCESS_KEY_ID") is None
