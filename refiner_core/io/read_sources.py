@@ -4,7 +4,9 @@ A blob reference may come from a table someone else wrote, so ``read_blob``,
 ``read_blobs`` and ``iter_blobs`` judge its path as the asset writers judge theirs
 (see :mod:`refiner_core.sinks.assets.sources`): by default anything but the
 pseudo-filesystems ``/proc``, ``/sys`` and ``/dev`` and non-regular files; with
-``allowed_sources``, only the listed URL prefixes and local folders. The list is
+``allowed_sources``, only the listed URL prefixes and local folders. One difference:
+files on a RAM filesystem mounted below ``/dev`` (``/dev/shm``) may be read, since an
+output folder may live there and its references must read back. The list is
 given per call, or once for the process with :func:`set_read_sources`.
 
 A range is checked against the object's size before any buffer is made for it:
@@ -60,7 +62,7 @@ def read_policy(allowed_sources: Sequence[str] | None = None) -> Any:
     chosen = sources.check_allowed_sources(allowed_sources)
     if chosen is None:
         chosen = _process_sources
-    return sources.SourcePolicy(chosen, reader="blob reads")
+    return sources.SourcePolicy(chosen, reader="blob reads", memory_folders=True)
 
 
 def refusal_hint() -> str:

@@ -4,7 +4,7 @@ A process is started with fake ``OPENAI_API_KEY``, ``AWS_ACCESS_KEY_ID`` and
 ``AWS_SECRET_ACCESS_KEY`` in its environment and runs the leak attempts of
 :mod:`tests.reliability.leak_attempts` (rows pointing at ``/proc/self/environ``
 directly, through URL chains and through a symlink to a copy on ``/dev/shm``, blob
-reads of the same, a model server echoing the key JSON-escaped, S3 writes with
+reads of it directly and through URL chains, a model server echoing the key JSON-escaped, S3 writes with
 botocore at DEBUG, Dagster materializations through the blob IO manager). Every byte
 of its outputs, manifests, summaries, run dirs, logs, standard output and error,
 error texts, S3 objects and Dagster instance (event logs included) is then searched
@@ -92,10 +92,10 @@ def test_planted_keys_land_nowhere(tmp_path, s3_server, s3_bucket):
     wrapped = int((workdir / "wrapped_attempts.txt").read_text())
     assert errors.count(UNEXPECTED_SUCCESS) == 0
     sources = len(CHAINS) + os.path.ismount("/dev/shm")
-    assert wrapped == 2 * sources + 2
+    assert wrapped == sources + len(CHAINS) + 2
     assert sum("pseudo-filesystem" in e for e in errors) == 4 + wrapped
     assert all(sum(repr(chain) in e for e in errors) >= 2 for chain in CHAINS)
-    assert sum("blob reads refuse it" in e for e in errors) == 2 + sources
+    assert sum("blob reads refuse it" in e for e in errors) == 2 + len(CHAINS)
     assert any("bad request for key ***" in e for e in errors)
     assert any("pseudo-filesystem" in e for e in event_logs)
     assert any(CHAINS[0] in e and "pseudo-filesystem" in e for e in event_logs)

@@ -24,6 +24,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import posixpath
 import stat
@@ -123,8 +125,8 @@ _VIRTUAL_TYPES = frozenset(
 )
 
 
-def _mounts_below_pseudo_roots() -> list[tuple[str, str]]:
-    """``(mount point, root)`` of each virtual filesystem mounted under a pseudo root."""
+def _mounts_below_pseudo_roots() -> list[tuple[str, str, str]]:
+    """``(mount point, root, type)`` of each virtual filesystem mounted under a pseudo root."""
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
@@ -138,7 +140,7 @@ def _mounts_below_pseudo_roots() -> list[tuple[str, str]]:
         point = fields[1].encode().decode("unicode_escape")  # the table writes " " as \040
         root = _pseudo_root(point)
         if root is not None:
-            found.append((point, root))
+            found.append((point, root, fields[2]))
     return found
 
 
@@ -149,7 +151,8 @@ def _pseudo_devices() -> dict[int, str]:
     global _PSEUDO_DEVICES
     if _PSEUDO_DEVICES is None:
         found: dict[int, str] = {}
-        points = [(root, root) for root in PSEUDO_FILESYSTEMS] + _mounts_below_pseudo_roots()
+        points = [(root, root) for root in PSEUDO_FILESYSTEMS]
+        points += [(point, root) for point, root, _ in _mounts_below_pseudo_roots()]
         for point, root in points:
             try:
                 found.setdefault(os.lstat(point).st_dev, root)
@@ -162,19 +165,38 @@ def _pseudo_devices() -> dict[int, str]:
 _PSEUDO_DEVICES: dict[int, str] | None = None
 
 
+@functools.cache
+def _memory_folders() -> dict[int, str]:
+    """``st_dev`` and mount point of each RAM filesystem below ``/dev`` (``/dev/shm``):
+    scratch space that holds ordinary files, which blob reads may read back."""
+    found = {}
+    for point, root, kind in _mounts_below_pseudo_roots():
+        if root == "/dev" and point != root and kind in ("tmpfs", "ramfs"):
+            with contextlib.suppress(OSError):
+                found[os.lstat(point).st_dev] = point
+    return found
+
+
 class SourcePolicy:
     """Judges asset source URLs and paths; :meth:`check` raises :class:`RefusedSource`.
 
     A local source must be a regular file (never a device, FIFO or folder) and must not
     live on a pseudo-filesystem, by its path or, through symlinks, by the device its
     file is on. With ``allowed`` folders, local paths are resolved and must lie in one.
+    ``memory_folders=True`` (blob reads) admits files on RAM filesystems mounted below
+    ``/dev``, such as an output folder under ``/dev/shm``; ``reader`` names who refuses.
     """
 
     def __init__(
-        self, allowed: Sequence[str] | None = None, *, reader: str = "asset writers"
+        self,
+        allowed: Sequence[str] | None = None,
+        *,
+        reader: str = "asset writers",
+        memory_folders: bool = False,
     ) -> None:
         self.allowed = tuple(allowed) if allowed is not None else None
         self.reader = reader
+        self.memory_folders = memory_folders
         entries = [a for a in self.allowed or () if not _is_wrapper_entry(a)]
         self._wrappers = frozenset(
             a[: -len(SEPARATOR)] for a in self.allowed or () if _is_wrapper_entry(a)
@@ -234,6 +256,13 @@ class SourcePolicy:
     def _listed_inside(self, path: str, root: str) -> bool:
         return any(_under(path, f) and _under(f, root) for f in self._folders)
 
+    def _in_memory_folder(self, path: str, device: int | None = None) -> bool:
+        if not self.memory_folders:
+            return False
+        if device is not None:
+            return device in _memory_folders()
+        return any(_under(path, point) for point in _memory_folders().values())
+
     def _refuse_pseudo(self, value: str, path: str, root: str) -> None:
         real = os.path.realpath(path)
         shown = repr(value) if real == value else f"{value!r} (resolved to {real!r})"
@@ -261,7 +290,11 @@ class SourcePolicy:
         if self.allowed is not None:
             path = os.path.realpath(path)
         root = _pseudo_root(path)
-        if root is not None and not self._listed_inside(path, root):
+        if (
+            root is not None
+            and not self._listed_inside(path, root)
+            and not self._in_memory_folder(path)
+        ):
             self._refuse_pseudo(value, path, root)
         if self.allowed is not None and not any(_under(path, f) for f in self._folders):
             shown = repr(value) if path == value else f"{value!r} (resolved to {path!r})"
@@ -274,7 +307,11 @@ class SourcePolicy:
         except OSError:  # missing or unreadable: reported when it is opened
             return path, None
         root = _pseudo_devices().get(info.st_dev)
-        if root is not None and not self._listed_inside(os.path.realpath(path), root):
+        if (
+            root is not None
+            and not self._in_memory_folder(path, info.st_dev)
+            and not self._listed_inside(os.path.realpath(path), root)
+        ):
             self._refuse_pseudo(value, path, root)
         if not stat.S_ISREG(info.st_mode):
             raise RefusedSource(

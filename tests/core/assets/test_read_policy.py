@@ -12,7 +12,7 @@ import pytest
 import s3fs
 
 import refiner_core as mdr
-from refiner_core.sinks.assets.sources import RefusedSource
+from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
 from tests.s3_fixtures import *  # noqa: F403
 
 DATA = bytes(range(256)) * 4  # 1,024 bytes
@@ -68,6 +68,26 @@ def test_reads_of_pseudo_filesystems_are_refused(reader, tmp_path):
         message = str(refused.value)
         assert repr(path) in message and "blob reads refuse it" in message
         assert "set_read_sources" in message and "allowed_sources" in message
+
+
+def test_an_output_folder_on_dev_shm_reads_back_but_dev_stays_refused(tmp_path):
+    if not os.path.ismount("/dev/shm"):
+        pytest.skip("/dev/shm is not a mount of its own here")
+    block = Path("/dev/shm") / f"refiner-test-{uuid.uuid4().hex}.bin"
+    block.write_bytes(DATA)
+    link = tmp_path / "to-environ.bin"
+    link.symlink_to("/proc/self/environ")
+    try:
+        for reader in READERS.values():
+            assert reader({"path": str(block), "offset": 1, "size": 3}) == DATA[1:4]
+            for refused in ("/dev/zero", "/dev/null", str(link)):
+                with pytest.raises(RefusedSource, match="pseudo-filesystem|regular file"):
+                    reader({"path": refused, "offset": 0, "size": 8})
+        # asset writers still refuse it: rows do not copy files out of /dev
+        with pytest.raises(RefusedSource, match="pseudo-filesystem"):
+            SourcePolicy().check(str(block))
+    finally:
+        block.unlink()
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))
