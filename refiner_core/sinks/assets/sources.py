@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from ...io.url_chain import CACHE_WRAPPERS, SEPARATOR, WRAPPING_PROTOCOLS, protocol_of, split_chain
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+_LOCAL_PROTOCOLS = ("file", "local")  # fsspec's names for the local filesystem
 _PSEUDO_PREFIXES = tuple(f"{root}/" for root in PSEUDO_FILESYSTEMS)
 
 
@@ -230,10 +231,11 @@ class SourcePolicy:
                 "through another filesystem it does not name; write that filesystem's URL "
                 f"after '::' (e.g. 'simplecache::s3://bucket/key') so it can be judged"
             )
-        if is_url(chain.target):
-            self._check_url(chain.target, shown=chain.url)
+        target = chain.target
+        if protocol_of(target) in _LOCAL_PROTOCOLS:
+            self.check_local_file(target.partition("://")[2] or target, shown=chain.url)
         else:
-            self.check_local_file(chain.target, shown=chain.url)
+            self._check_url(target, shown=chain.url)
 
     def _check_url(self, url: str, shown: str | None = None) -> None:
         if self.allowed is None:

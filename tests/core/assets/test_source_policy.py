@@ -19,6 +19,7 @@ CHAINS = [
     "blockcache::file:///proc/self/environ",
     "simplecache::/proc/self/environ",
     "simplecache::filecache::file:///proc/self/environ",
+    "simplecache::local:///proc/self/environ",
 ]
 
 
