@@ -54,6 +54,7 @@ def hostile_paths(tmp_path: Path) -> list[str]:
         "/proc/self/environ",
         "file:///proc/self/environ",
         "simplecache::file:///proc/self/environ",
+        "local:///proc/self/environ",
         str(link),
         "/dev/zero",
     ]
