@@ -31,7 +31,14 @@ import posixpath
 import stat
 from collections.abc import Sequence
 
-from ...io.url_chain import CACHE_WRAPPERS, SEPARATOR, WRAPPING_PROTOCOLS, protocol_of, split_chain
+from ...io.url_chain import (
+    CACHE_WRAPPERS,
+    SEPARATOR,
+    WRAPPING_PROTOCOLS,
+    Chain,
+    protocol_of,
+    split_chain,
+)
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
 _LOCAL_PROTOCOLS = ("file", "local")  # fsspec's names for the local filesystem
@@ -217,7 +224,7 @@ class SourcePolicy:
             return None
         return self.check_local(value)
 
-    def _check_chain(self, chain) -> None:
+    def _check_chain(self, chain: Chain) -> None:
         for protocol in chain.wrappers:
             if protocol not in CACHE_WRAPPERS and protocol not in self._wrappers:
                 raise RefusedSource(
@@ -240,7 +247,7 @@ class SourcePolicy:
     def _check_url(self, url: str, shown: str | None = None) -> None:
         if self.allowed is None:
             return
-        scheme, rest = url.split("://", 1)
+        scheme, _, rest = url.partition("://")
         normal = f"{scheme}://{posixpath.normpath(rest)}" if rest else url
         for prefix in self._urls:
             if prefix.endswith(("/", "://")):
