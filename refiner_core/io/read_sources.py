@@ -124,10 +124,16 @@ def naming(url: str, offset: int, size: int, storage_options: dict[str, Any] | N
     try:
         yield
     except OSError as exc:
-        if exc.args and describe(url, offset, size) in str(exc.args[-1]):
+        reference = describe(url, offset, size)
+        if reference in str(exc):
             raise
-        message = f"{describe(url, offset, size)}: {exc.strerror or exc}"
-        raise type(exc)(exc.errno, message) if exc.errno else type(exc)(message) from exc
+        message = f"{reference}: {exc.strerror or exc}"
+        try:
+            named = type(exc)(exc.errno, message) if exc.errno else type(exc)(message)
+        except Exception:  # a subclass built from other arguments (aiohttp's, say)
+            exc.add_note(f"while reading {reference}")
+            raise exc from None
+        raise named from exc
     except Exception as exc:
         if type(exc).__name__ != "NoCredentialsError":
             raise

@@ -200,3 +200,17 @@ def test_s3_read_without_credentials_says_how_to_pass_them(
     assert "no credentials" in message and "storage_options={'key'" in message
     assert type(caught.value.__cause__).__name__ == "NoCredentialsError"
     assert "AWS_SECRET_ACCESS_KEY" in message and os.environ.get("AWS_ACCESS_KEY_ID") is None
+
+
+def test_read_errors_keep_their_type_when_it_cannot_be_rebuilt():
+    from refiner_core.io.read_sources import naming
+
+    class ConnectorError(OSError):
+        def __init__(self, key: str, os_error: OSError) -> None:
+            super().__init__(os_error.errno, f"cannot connect to {key}")
+
+    with pytest.raises(ConnectorError) as caught, naming("s3://b/block.bin", 4, 8, None):
+        raise ConnectorError("host:443", OSError(111, "refused"))
+    assert caught.value.__notes__ == [
+        "while reading blob reference 's3://b/block.bin' [4, 12) (offset 4, size 8)"
+    ]
