@@ -117,15 +117,16 @@ def local_and_s3(workdir: Path, errors: list[str], endpoint: str, bucket: str) -
 
 
 @contextlib.contextmanager
-def environ_on_dev_shm(workdir: Path) -> Iterator[Path | None]:
-    """A symlink under ``workdir`` to a copy of this process's environment on the
-    ``/dev/shm`` tmpfs (``None`` where it is not a mount), removed afterwards."""
+def environ_on_dev_shm(workdir: Path, name: str) -> Iterator[Path | None]:
+    """A symlink ``media/<name>`` under ``workdir`` to a copy of this process's
+    environment on the ``/dev/shm`` tmpfs (``None`` where it is not a mount); the copy
+    is removed afterwards."""
     if not os.path.ismount("/dev/shm"):
         yield None
         return
     copy = Path("/dev/shm") / f"refiner-leak-{uuid.uuid4().hex}"
     copy.write_bytes(Path("/proc/self/environ").read_bytes())
-    link = workdir / "media" / "shared.png"
+    link = workdir / "media" / name
     link.symlink_to(copy)
     try:
         yield link
@@ -137,7 +138,7 @@ def wrapped_and_shared(workdir: Path, errors: list[str]) -> int:
     """Writes of the environment through URL chains and ``/dev/shm``, blob reads of it
     directly and through URL chains; how many attempts were made."""
     paths = sorted(str(p) for p in (workdir / "media").glob("frame-*.png"))
-    with environ_on_dev_shm(workdir) as shared:
+    with environ_on_dev_shm(workdir, "shared.png") as shared:
         sources = [*CHAINS, *([str(shared)] if shared is not None else [])]
         for n, source in enumerate(sources):
             out = str(workdir / "out" / f"wrapped-{n}")
@@ -193,12 +194,18 @@ def dagster(workdir: Path, errors: list[str]) -> list[str]:
     resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1)}
     home = os.environ["DAGSTER_HOME"]
     overrides = {"telemetry": {"enabled": False}}
-    with dg.instance_for_test(temp_dir=home, overrides=overrides) as instance:
+    with (
+        dg.instance_for_test(temp_dir=home, overrides=overrides) as instance,
+        environ_on_dev_shm(workdir, "shared-dagster.png") as shared,
+    ):
+        hostile = [("hostile", "/proc/self/environ"), ("hostile_chain", CHAINS[0])]
+        if shared is not None:
+            hostile.append(("hostile_shm", str(shared)))
         ok = dg.materialize([asset_of("clean", paths)], instance=instance, resources=resources)
         if not ok.success:
             errors.append("clean materialization failed")
         runs = [ok]
-        for name, source in [("hostile", "/proc/self/environ"), ("hostile_chain", CHAINS[0])]:
+        for name, source in hostile:
             bad = dg.materialize(
                 [asset_of(name, [*paths, source])],
                 instance=instance,
