@@ -2,7 +2,7 @@
 
 A blob reference may come from a table someone else wrote, so ``read_blob``,
 ``read_blobs`` and ``iter_blobs`` judge its path as the asset writers judge theirs
-(see :mod:`refiner_core.sinks.assets.sources`): by default anything but the
+(:mod:`refiner_core.io.source_policy`): by default anything but the
 pseudo-filesystems ``/proc``, ``/sys`` and ``/dev`` and non-regular files; with
 ``allowed_sources``, only the listed URL prefixes and local folders. One difference:
 files on a RAM filesystem mounted below ``/dev`` (``/dev/shm``) may be read, since an
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .datafile import is_local, resolve
+from .source_policy import RefusedSource, SourcePolicy, check_allowed_sources, is_url
 
 SIZE_CHECK_BYTES = 8 * 1024 * 1024
 
@@ -41,7 +42,7 @@ def set_read_sources(allowed_sources: Sequence[str] | None) -> None:
     Worker processes started with ``spawn`` or ``forkserver`` start from the default.
     """
     global _process_sources
-    _process_sources = _sources_module().check_allowed_sources(allowed_sources)
+    _process_sources = check_allowed_sources(allowed_sources)
 
 
 def read_sources() -> tuple[str, ...] | None:
@@ -49,20 +50,12 @@ def read_sources() -> tuple[str, ...] | None:
     return _process_sources
 
 
-def _sources_module() -> Any:
-    # imported on use: refiner_core.sinks imports this package while it loads
-    from ..sinks.assets import sources
-
-    return sources
-
-
-def read_policy(allowed_sources: Sequence[str] | None = None) -> Any:
+def read_policy(allowed_sources: Sequence[str] | None = None) -> SourcePolicy:
     """The source policy of one read: ``allowed_sources`` or else the process's list."""
-    sources = _sources_module()
-    chosen = sources.check_allowed_sources(allowed_sources)
+    chosen = check_allowed_sources(allowed_sources)
     if chosen is None:
         chosen = _process_sources
-    return sources.SourcePolicy(chosen, reader="blob reads", memory_folders=True)
+    return SourcePolicy(chosen, reader="blob reads", memory_folders=True)
 
 
 def refusal_hint() -> str:
@@ -82,11 +75,10 @@ class Target:
     size: int | None
 
 
-def judge(url: str, storage_options: dict[str, Any] | None, policy: Any) -> Target:
+def judge(url: str, storage_options: dict[str, Any] | None, policy: SourcePolicy) -> Target:
     """Refuse ``url`` under ``policy`` or return where to read it."""
-    sources = _sources_module()
     try:
-        if sources.is_url(url):
+        if is_url(url):
             policy.check(url)
             fs, path = resolve(url, storage_options)
             if not is_local(fs):
@@ -94,8 +86,8 @@ def judge(url: str, storage_options: dict[str, Any] | None, policy: Any) -> Targ
             path, size = policy.check_local_file(path, shown=url)  # local://, file-like URLs
             return Target(fs, path, size)
         path, size = policy.check_local_file(url)
-    except sources.RefusedSource as exc:
-        raise sources.RefusedSource(f"{exc}; for blob reads, {refusal_hint()}") from None
+    except RefusedSource as exc:
+        raise RefusedSource(f"{exc}; for blob reads, {refusal_hint()}") from None
     return Target(resolve(path, storage_options)[0], path, size)
 
 

@@ -12,7 +12,7 @@ import pytest
 import s3fs
 
 import refiner_core as mdr
-from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
+from refiner_core.io.source_policy import RefusedSource, SourcePolicy
 from tests.s3_fixtures import *  # noqa: F403
 
 DATA = bytes(range(256)) * 4  # 1,024 bytes

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import refiner_core as mdr
-from refiner_core.sinks.assets.sources import RefusedSource, SourcePolicy
+from refiner_core.io.source_policy import RefusedSource, SourcePolicy
 
 CONFIGS = {"file": mdr.FileAssetConfig, "blob": mdr.BlobAssetConfig}
 CHAINS = [
