@@ -41,7 +41,8 @@ def read_blob(
     """Read exactly bytes ``[offset, offset + size)`` of ``ref["path"]`` with one ranged read.
 
     The path is judged first, as asset writers judge theirs: files under ``/proc``,
-    ``/sys`` and ``/dev`` and non-regular files are refused, and with ``allowed_sources``
+    ``/sys`` and ``/dev`` (RAM folders such as ``/dev/shm`` excepted) and non-regular
+    files are refused, and with ``allowed_sources``
     (or :func:`~refiner_core.io.read_sources.set_read_sources` for the process) only the
     listed URL prefixes and local folders are read. A range that does not fit in the
     object is an ``EOFError`` before any buffer is made for it.
