@@ -4,6 +4,7 @@ from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
+from .read_sources import read_sources, set_read_sources
 
 __all__ = [
     "ChecksumMismatchError",
@@ -18,6 +19,8 @@ __all__ = [
     "parse_checksum",
     "read_blob",
     "read_blobs",
+    "read_sources",
     "resolve",
+    "set_read_sources",
     "validate_reference",
 ]

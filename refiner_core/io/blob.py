@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checksum import reference_checksum, verify_checksum
-from .datafile import resolve
+from .read_sources import check_range, judge, naming, read_policy
 
 
 def validate_reference(ref: Any) -> tuple[str, int, int]:
@@ -36,8 +36,16 @@ def read_blob(
     *,
     storage_options: dict[str, Any] | None = None,
     verify: bool = False,
+    allowed_sources: Sequence[str] | None = None,
 ) -> bytes:
     """Read exactly bytes ``[offset, offset + size)`` of ``ref["path"]`` with one ranged read.
+
+    The path is judged first, as asset writers judge theirs: files under ``/proc``,
+    ``/sys`` and ``/dev`` (RAM folders such as ``/dev/shm`` excepted) and non-regular
+    files are refused, and with ``allowed_sources``
+    (or :func:`~refiner_core.io.read_sources.set_read_sources` for the process) only the
+    listed URL prefixes and local folders are read. A range that does not fit in the
+    object is an ``EOFError`` before any buffer is made for it.
 
     By default that read is all it does. ``verify=True`` also checks the bytes against
     the reference's ``checksum`` (written by ``BlobAssetConfig(checksum=...)``) and raises
@@ -55,8 +63,10 @@ def read_blob(
     expected = required_checksum(ref) if verify else None
     data = b""
     if size:
-        fs, fs_path = resolve(path, storage_options)
-        data = read_range(fs, fs_path, offset, size, url=path)
+        target = judge(path, storage_options, read_policy(allowed_sources))
+        check_range(target, path, offset, size)
+        with naming(path, offset, size, storage_options):
+            data = read_range(target.fs, target.path, offset, size, url=path)
     if expected is not None:
         verify_checksum(data, expected, describe=describe_reference(path, offset, size))
     return data

@@ -9,7 +9,7 @@ the same validation and errors as :func:`~refiner_core.io.blob.read_blob`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from ..validation import check_positive
 from .blob import describe_reference, required_checksum, validate_reference
 from .checksum import verify_checksum
-from .datafile import resolve
+from .read_sources import SIZE_CHECK_BYTES, Target, judge, naming, read_policy
 
 DEFAULT_MAX_GAP_BYTES = 64 * 1024
 DEFAULT_MAX_IN_FLIGHT = 16
@@ -89,27 +89,46 @@ def plan_runs(wanted: list[_Wanted], max_gap_bytes: int) -> list[_Run]:
 
 
 class _Reader:
-    """Runs ranged reads on a small thread pool, resolving each path's filesystem once."""
+    """Runs ranged reads on a small thread pool, judging and resolving each path once."""
 
-    def __init__(self, storage_options: dict[str, Any] | None, max_in_flight: int) -> None:
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None,
+        max_in_flight: int,
+        allowed_sources: Sequence[str] | None = None,
+    ) -> None:
         self.storage_options = storage_options
+        self.policy = read_policy(allowed_sources)
         self.pool = ThreadPoolExecutor(max_workers=max_in_flight)
-        self._filesystems: dict[str, tuple[Any, str]] = {}
+        self._targets: dict[str, Target] = {}
 
-    def resolve(self, path: str) -> tuple[Any, str]:
-        if path not in self._filesystems:
-            self._filesystems[path] = resolve(path, self.storage_options)
-        return self._filesystems[path]
+    def resolve(self, path: str) -> Target:
+        if path not in self._targets:
+            self._targets[path] = judge(path, self.storage_options, self.policy)
+        return self._targets[path]
 
     def _fetch(self, run: _Run) -> None:
+        """Read ``run``, never past the object's end when its size is known (a damaged
+        reference leaves its slice short, which :meth:`_slice` reports)."""
         try:
-            fs, fs_path = self.resolve(run.path)
-            run.data = fs.cat_file(fs_path, start=run.start, end=run.end)
+            target = self.resolve(run.path)
+            available = target.size
+            with naming(run.path, run.start, run.end - run.start, self.storage_options):
+                if available is None and run.end - run.start > SIZE_CHECK_BYTES:
+                    available = int(target.fs.size(target.path))
+                end = run.end if available is None else min(run.end, available)
+                run.data = (
+                    target.fs.cat_file(target.path, start=run.start, end=end)
+                    if end > run.start
+                    else b""
+                )
         except BaseException as exc:  # raised for the first reference that needs it
             run.error = exc
 
     def read(self, window: list[_Wanted | None], max_gap_bytes: int) -> list[bytes | None]:
         wanted = [w for w in window if w is not None]
+        for path in dict.fromkeys(w.path for w in wanted if w.size):
+            self.resolve(path)  # every path is judged before anything is read
         runs = plan_runs(wanted, max_gap_bytes)
         list(self.pool.map(self._fetch, runs))
         located: dict[int, _Run] = {id(m): run for run in runs for m in run.members}
@@ -126,10 +145,11 @@ class _Reader:
             assert run.data is not None
             data = run.data[item.offset - run.start : item.end - run.start]
             if len(data) != item.size:
-                fs, fs_path = self.resolve(item.path)
+                target = self.resolve(item.path)
+                size = target.size if target.size is not None else target.fs.size(target.path)
                 raise EOFError(
                     f"{describe_reference(item.path, item.offset, item.size)} reaches past "
-                    f"the end: the blob has {int(fs.size(fs_path))} bytes"
+                    f"the end: the blob has {int(size)} bytes"
                 )
         if item.checksum is not None:
             verify_checksum(
@@ -154,13 +174,16 @@ def read_blobs(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     storage_options: dict[str, Any] | None = None,
     verify: bool = False,
+    allowed_sources: Sequence[str] | None = None,
 ) -> list[bytes | None]:
     """The bytes of every reference in ``refs``, in input order (``None`` for ``None``).
 
     Exactly what a loop of :func:`~refiner_core.io.blob.read_blob` returns, in far fewer
     requests: references into the same block that lie at most ``max_gap_bytes`` apart
     are read with one ranged read, and up to ``max_in_flight`` reads run at once. Every
-    reference is validated before anything is read; ``verify=True`` checks checksums.
+    reference is validated, and its path judged by the source policy of
+    :func:`~refiner_core.io.blob.read_blob` (``allowed_sources``), before anything is
+    read; ``verify=True`` checks checksums.
     For inputs too large to hold in memory at once, use :func:`iter_blobs`.
 
     Example:
@@ -172,7 +195,7 @@ def read_blobs(
     """
     _check_options(max_gap_bytes, max_in_flight)
     window = [_wanted(i, ref, verify) for i, ref in enumerate(refs)]
-    reader = _Reader(storage_options, max_in_flight)
+    reader = _Reader(storage_options, max_in_flight, allowed_sources)
     try:
         return reader.read(window, max_gap_bytes)
     finally:
@@ -187,6 +210,7 @@ def iter_blobs(
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     storage_options: dict[str, Any] | None = None,
     verify: bool = False,
+    allowed_sources: Sequence[str] | None = None,
 ) -> Iterator[bytes | None]:
     """:func:`read_blobs` as a stream: yields each reference's bytes in input order.
 
@@ -205,7 +229,7 @@ def iter_blobs(
     """
     _check_options(max_gap_bytes, max_in_flight)
     check_positive("max_buffer_bytes", max_buffer_bytes)
-    reader = _Reader(storage_options, max_in_flight)
+    reader = _Reader(storage_options, max_in_flight, allowed_sources)
     ahead = ThreadPoolExecutor(max_workers=1)  # reads the next window while this one is used
     pending: Future | None = None
     try:

@@ -3,20 +3,25 @@
 ``python -m tests.reliability.leak_attempts WORKDIR S3_ENDPOINT BUCKET`` runs, in a
 process started with planted keys in its environment (so ``/proc/self/environ``
 holds them, as it would for a real launcher): local writes whose rows point at
-``/proc/self/environ`` and a symlink to it under every missing policy, clean writes,
-S3 writes with the planted credentials, a model server echoing the key JSON-escaped,
-and Dagster materializations through the blob IO manager (clean and hostile). Every
+``/proc/self/environ`` and a symlink to it under every missing policy, at it through
+chained fsspec URLs (``simplecache::`` and the like) and at a copy of it on ``/dev/shm``
+through a symlink, ``read_blob``/``read_blobs`` of it and of the chains, clean writes, S3 writes
+with the planted credentials, a model server echoing the key JSON-escaped, and Dagster
+materializations through the blob IO manager (clean and hostile). Every
 logger runs at DEBUG into ``WORKDIR/logs/debug.log``. What each attempt raised goes to
 ``WORKDIR/errors.json`` and the Dagster event logs to ``WORKDIR/event_logs.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import traceback
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -28,6 +33,11 @@ from tests.core.inference.support import FAST_RETRY
 
 UNEXPECTED_SUCCESS = "UNEXPECTED SUCCESS"
 DTYPES = {"img": mdr.datatype.image_path()}
+CHAINS = (
+    "simplecache::file:///proc/self/environ",
+    "filecache::file:///proc/self/environ",
+    "blockcache::/proc/self/environ",
+)
 
 
 def escaped(secret: str) -> str:
@@ -106,6 +116,45 @@ def local_and_s3(workdir: Path, errors: list[str], endpoint: str, bucket: str) -
     )
 
 
+@contextlib.contextmanager
+def environ_on_dev_shm(workdir: Path, name: str) -> Iterator[Path | None]:
+    """A symlink ``media/<name>`` under ``workdir`` to a copy of this process's
+    environment on the ``/dev/shm`` tmpfs (``None`` where it is not a mount); the copy
+    is removed afterwards."""
+    if not os.path.ismount("/dev/shm"):
+        yield None
+        return
+    copy = Path("/dev/shm") / f"refiner-leak-{uuid.uuid4().hex}"
+    copy.write_bytes(Path("/proc/self/environ").read_bytes())
+    link = workdir / "media" / name
+    link.symlink_to(copy)
+    try:
+        yield link
+    finally:
+        copy.unlink()
+
+
+def wrapped_and_shared(workdir: Path, errors: list[str]) -> int:
+    """Writes of the environment through URL chains and ``/dev/shm``, blob reads of it
+    directly and through URL chains; how many attempts were made."""
+    paths = sorted(str(p) for p in (workdir / "media").glob("frame-*.png"))
+    with environ_on_dev_shm(workdir, "shared.png") as shared:
+        sources = [*CHAINS, *([str(shared)] if shared is not None else [])]
+        for n, source in enumerate(sources):
+            out = str(workdir / "out" / f"wrapped-{n}")
+            config = (mdr.BlobAssetConfig if n % 2 else mdr.FileAssetConfig)(
+                missing_policy="set_null"
+            )
+            rows = [paths[0], source]
+            expect_failure(errors, lambda out=out, c=config, r=rows: write(workdir, r, out, c))
+        for source in ["/proc/self/environ", *CHAINS]:
+            ref = {"path": source, "offset": 0, "size": 4096}
+            expect_failure(errors, lambda ref=ref: mdr.read_blob(ref))
+        ref = {"path": sources[0], "offset": 0, "size": 64}
+        expect_failure(errors, lambda: mdr.read_blobs([None, ref]))
+    return len(sources) + len(CHAINS) + 2
+
+
 def inference(workdir: Path, errors: list[str]) -> None:
     key = os.environ["OPENAI_API_KEY"]
     with ProviderServer(api_key=key) as server:
@@ -134,7 +183,6 @@ def inference(workdir: Path, errors: list[str]) -> None:
 
 def dagster(workdir: Path, errors: list[str]) -> list[str]:
     paths = sorted(str(p) for p in (workdir / "media").glob("frame-*.png"))
-    hostile = [*paths, "/proc/self/environ"]
 
     def asset_of(name: str, rows: list[str]):
         @dg.asset(name=name, io_manager_key="refiner")
@@ -146,19 +194,28 @@ def dagster(workdir: Path, errors: list[str]) -> list[str]:
     resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1)}
     home = os.environ["DAGSTER_HOME"]
     overrides = {"telemetry": {"enabled": False}}
-    with dg.instance_for_test(temp_dir=home, overrides=overrides) as instance:
+    with (
+        dg.instance_for_test(temp_dir=home, overrides=overrides) as instance,
+        environ_on_dev_shm(workdir, "shared-dagster.png") as shared,
+    ):
+        hostile = [("hostile", "/proc/self/environ"), ("hostile_chain", CHAINS[0])]
+        if shared is not None:
+            hostile.append(("hostile_shm", str(shared)))
         ok = dg.materialize([asset_of("clean", paths)], instance=instance, resources=resources)
         if not ok.success:
             errors.append("clean materialization failed")
-        bad = dg.materialize(
-            [asset_of("hostile", hostile)],
-            instance=instance,
-            resources=resources,
-            raise_on_error=False,
-        )
-        if bad.success:
-            errors.append(UNEXPECTED_SUCCESS)
-        return [str(record) for run in (ok, bad) for record in instance.all_logs(run.run_id)]
+        runs = [ok]
+        for name, source in hostile:
+            bad = dg.materialize(
+                [asset_of(name, [*paths, source])],
+                instance=instance,
+                resources=resources,
+                raise_on_error=False,
+            )
+            if bad.success:
+                errors.append(UNEXPECTED_SUCCESS)
+            runs.append(bad)
+        return [str(record) for run in runs for record in instance.all_logs(run.run_id)]
 
 
 def main(workdir: Path, endpoint: str, bucket: str) -> None:
@@ -170,9 +227,11 @@ def main(workdir: Path, endpoint: str, bucket: str) -> None:
     )
     errors: list[str] = []
     local_and_s3(workdir, errors, endpoint, bucket)
+    attempts = wrapped_and_shared(workdir, errors)
     inference(workdir, errors)
     event_logs = dagster(workdir, errors)
     (workdir / "errors.json").write_text(json.dumps(errors))
+    (workdir / "wrapped_attempts.txt").write_text(str(attempts))
     (workdir / "event_logs.json").write_text(json.dumps(event_logs))
 
 

@@ -2,11 +2,13 @@
 
 A process is started with fake ``OPENAI_API_KEY``, ``AWS_ACCESS_KEY_ID`` and
 ``AWS_SECRET_ACCESS_KEY`` in its environment and runs the leak attempts of
-:mod:`tests.reliability.leak_attempts` (rows pointing at ``/proc/self/environ``, a
-model server echoing the key JSON-escaped, S3 writes with botocore at DEBUG, Dagster
-materializations through the blob IO manager). Every byte of its outputs, manifests,
-summaries, run dirs, logs, standard output and error, error texts, S3 objects and
-Dagster instance (event logs included) is then searched for the keys.
+:mod:`tests.reliability.leak_attempts` (rows pointing at ``/proc/self/environ``
+directly, through URL chains and through a symlink to a copy on ``/dev/shm``, blob
+reads of it directly and through URL chains, a model server echoing the key JSON-escaped, S3 writes with
+botocore at DEBUG, Dagster materializations through the blob IO manager). Every byte
+of its outputs, manifests, summaries, run dirs, logs, standard output and error,
+error texts, S3 objects and Dagster instance (event logs included) is then searched
+for the keys.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.reliability.leak_attempts import UNEXPECTED_SUCCESS, escaped
+from tests.reliability.leak_attempts import CHAINS, UNEXPECTED_SUCCESS, escaped
 from tests.s3_fixtures import *  # noqa: F403
 
 OPENAI_KEY = "sk-planted-SCAN-4f1c0a9e7b2d4c6f8a1e3b5d7f9a0c2e"
@@ -87,10 +89,18 @@ def test_planted_keys_land_nowhere(tmp_path, s3_server, s3_bucket):
     event_logs = json.loads((workdir / "event_logs.json").read_text())
     debug_log = (workdir / "logs" / "debug.log").read_text()
     # The attempts really happened and were refused for the right reason.
+    wrapped = int((workdir / "wrapped_attempts.txt").read_text())
     assert errors.count(UNEXPECTED_SUCCESS) == 0
-    assert sum("pseudo-filesystem" in e for e in errors) == 4
+    sources = len(CHAINS) + os.path.ismount("/dev/shm")
+    assert wrapped == sources + len(CHAINS) + 2
+    assert sum("pseudo-filesystem" in e for e in errors) == 4 + wrapped
+    assert all(sum(repr(chain) in e for e in errors) >= 2 for chain in CHAINS)
+    assert sum("blob reads refuse it" in e for e in errors) == 2 + len(CHAINS)
     assert any("bad request for key ***" in e for e in errors)
     assert any("pseudo-filesystem" in e for e in event_logs)
+    assert any(CHAINS[0] in e and "pseudo-filesystem" in e for e in event_logs)
+    if os.path.ismount("/dev/shm"):
+        assert any("shared-dagster.png" in e and "pseudo-filesystem" in e for e in event_logs)
     assert "botocore.endpoint" in debug_log and "Credential=***/" in debug_log
 
 

@@ -73,7 +73,7 @@ class FileAssetConfig:
     output's filesystem type is read with the output's ``storage_options`` and any
     other with none. ``allowed_sources`` (URL prefixes or local folders) limits
     where assets may be read from; local paths under ``/proc``, ``/sys`` and ``/dev``
-    are refused in any case (see :mod:`refiner_core.sinks.assets.sources`).
+    are refused in any case (see :mod:`refiner_core.io.source_policy`).
 
     ``form`` is ``"files"``, the word summaries and records use for this config.
 

@@ -10,6 +10,7 @@ from typing import Any
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
+from ...io.url_chain import SEPARATOR
 from .sources import SourcePolicy, is_url
 
 INLINE_LIMIT = 8 * 1024 * 1024
@@ -72,7 +73,8 @@ class Filesystems:
 
     Every URL is first judged by ``policy`` (:class:`RefusedSource` when refused);
     local paths come back as the policy returned them (resolved when it resolves
-    them), so the file opened is the file that was judged."""
+    them), so the file opened is the file that was judged. A URL chain
+    (``simplecache::s3://...``) is opened as fsspec opens it, with ``source_options``."""
 
     def __init__(
         self,
@@ -89,6 +91,8 @@ class Filesystems:
 
     def resolve(self, url: str):
         local = self.policy.check(url)
+        if SEPARATOR in url:  # a chain's filesystem is made for its inner URL: never shared
+            return resolve(url, self.source_options)
         scheme = url.split("://", 1)[0] if "://" in url else "file"
         fs = self._cache.get(scheme)
         if fs is None:
@@ -219,8 +223,9 @@ def size_or_missing(fs: Any, path: str, url: str) -> int:
 
 
 def is_remote(value: Any, form: str) -> bool:
-    """Whether reading ``value`` goes over the network (worth a thread and a prefetch window)."""
+    """Whether reading ``value`` goes over the network (worth a thread and a prefetch window);
+    a URL chain counts as remote: it is opened through fsspec, never as a local file."""
     if form == "bytes":
         return False
     url = value.get("path") if isinstance(value, dict) else value
-    return isinstance(url, str) and "://" in url and not url.startswith("file://")
+    return isinstance(url, str) and is_url(url)

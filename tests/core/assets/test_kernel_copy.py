@@ -189,7 +189,7 @@ def test_local_sources_are_stat_ed_once_and_never_fstat_ed(tmp_path, monkeypatch
         return real_fstat(fd)
 
     monkeypatch.setattr(os, "fstat", counted_fstat)
-    monkeypatch.setattr("refiner_core.sinks.assets.sources.os.stat", counted_stat)
+    monkeypatch.setattr("refiner_core.io.source_policy.os.stat", counted_stat)
 
     async def run() -> pa.Table:
         cfg = getattr(mdr, config)()
