@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.results import Result, add_json_option, write_results  # noqa: E402
+from refiner_core.io.s3_multipart import WINDOW_PARTS  # noqa: E402  (installs nothing)
 from tests.s3_server import (  # noqa: E402
     MotoS3,
     S3Proxy,
@@ -68,11 +69,10 @@ MIB = 2**20
 WRITE_CHUNK = 8 * MIB
 PART_PHASE_TARGET = 3.3
 SAME_SETUP_TARGET = 1.0
-REFINER_WINDOW = 4  # refiner_core.io.s3_multipart.WINDOW_PARTS, the seeds' contract
 # (case, refiner's block MiB, s3transfer's part MiB and threads; None: its defaults)
 COMPARISONS = (
     ("defaults", 50, None, None),
-    ("same parts and connections", 8, 8, REFINER_WINDOW),
+    ("same parts and connections", 8, 8, WINDOW_PARTS),  # refiner's parts in flight
 )
 
 
