@@ -146,6 +146,11 @@ def usable_cpus(
     >>> usable_cpus(load=1000.0)  # a saturated machine still gets one worker
     1
     """
+    for name, value in (("load", load), ("own_load", own_load)):
+        if value is not None and not value >= 0:  # also refuses NaN
+            raise ValueError(
+                f"usable_cpus: {name} must be a load average >= 0 (runnable tasks), got {value!r}"
+            )
     capacity = available_cpus(cgroup_root, proc_root)
     if load is None:
         load = _load_average()

@@ -77,3 +77,11 @@ def test_no_load_average_means_no_other_work(machine, monkeypatch):
 
     monkeypatch.setattr(os, "getloadavg", unavailable)
     assert cpus.usable_cpus(**roots) == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("load", -1.0), ("own_load", -0.5), ("load", float("nan"))]
+)
+def test_a_negative_load_is_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a load average >= 0"):
+        cpus.usable_cpus(**{field: value})
