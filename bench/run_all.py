@@ -81,7 +81,12 @@ JOBS = (
         quick=("--rows", "500", "--noop-rows", "20000", "--batch-rows", "2000"),
         peer=True,
     ),
-    Job("s3_upload", "bench_s3_upload.py", ("s3_upload",), quick=("--size-mib", "64")),
+    Job(
+        "s3_upload",
+        "bench_s3_upload.py",
+        ("s3_upload",),
+        quick=("--size-mib", "64", "--compare-mib", "32"),
+    ),
     Job(
         "s3_assets",
         "bench_s3_assets.py",
@@ -117,6 +122,13 @@ JOBS = (
     Job("fanout", "bench_fanout.py", ("dagster", "planning"), quick=("--rows", "200")),
     Job("planning", "bench_plan.py", ("planning",)),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
+    Job(  # starts busy loops of its own, so only when asked for
+        "busy_workers",
+        "bench_busy_workers.py",
+        ("busy_workers",),
+        quick=("--files", "400", "--warm-s", "5"),
+        default=False,
+    ),
 )
 WORKLOADS = sorted({w for job in JOBS for w in job.workloads} | {"peer"})
 

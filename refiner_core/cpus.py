@@ -1,4 +1,4 @@
-"""How many CPUs this process may use: its CPU affinity and its cgroup's CPU quota.
+"""How many CPUs this process may use, and how many of them other work leaves free.
 
 ``os.cpu_count()`` is the host's count; in a container limited to two CPUs on a
 64-core host it still says 64, and 64 write workers would then share two CPUs.
@@ -6,10 +6,14 @@
 (``os.sched_getaffinity``) and the cgroup quota (``cpu.max`` in cgroup v2,
 ``cpu.cfs_quota_us / cpu.cfs_period_us`` in cgroup v1), rounded up, at least 1.
 
+:func:`usable_cpus` is what a default worker count should be: those CPUs minus the
+ones other work keeps busy, judged by the one-minute load average. Workers beyond the
+idle CPUs only take turns with that work (and with each other) on the same cores.
+
 Example:
     >>> import os
-    >>> from refiner_core.cpus import available_cpus
-    >>> 1 <= available_cpus() <= (os.cpu_count() or 1)
+    >>> from refiner_core.cpus import available_cpus, usable_cpus
+    >>> 1 <= usable_cpus() <= available_cpus() <= (os.cpu_count() or 1)
     True
 """
 
@@ -19,7 +23,7 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["available_cpus", "cgroup_cpu_limit"]
+__all__ = ["available_cpus", "cgroup_cpu_limit", "busy_cpus", "usable_cpus"]
 
 
 def _affinity() -> int:
@@ -91,3 +95,64 @@ def available_cpus(
     if limit is not None:
         cpus = min(cpus, max(1, math.ceil(limit)))
     return max(1, cpus)
+
+
+def _host_cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform: assume no other work
+        return 0.0
+
+
+def busy_cpus(load: float, own_load: float, capacity: int, host_cpus: int) -> float:
+    """CPUs of ``capacity`` that other work keeps busy, from the host's ``load`` average.
+
+    ``own_load`` is the part of ``load`` that is this job's own (a caller that has kept
+    ``n`` CPUs busy for the last minute passes ``n``). The load average counts runnable
+    tasks on the whole host, so inside a quota or an affinity mask smaller than the host
+    the others' load is spread over all ``host_cpus`` and only ``capacity / host_cpus``
+    of it lands on ours.
+
+    >>> busy_cpus(2.0, 0.0, capacity=2, host_cpus=2)   # two busy loops on a 2-CPU machine
+    2.0
+    >>> busy_cpus(32.0, 0.0, capacity=2, host_cpus=64)  # half of a 64-CPU host, 2-CPU quota
+    1.0
+    """
+    others = max(0.0, load - own_load)
+    return others * min(capacity, host_cpus) / max(host_cpus, 1)
+
+
+def usable_cpus(
+    *,
+    load: float | None = None,
+    own_load: float = 0.0,
+    cgroup_root: str | os.PathLike = "/sys/fs/cgroup",
+    proc_root: str | os.PathLike = "/proc",
+) -> int:
+    """CPUs free for new work: :func:`available_cpus` minus :func:`busy_cpus`, >= 1.
+
+    A CPU counts as free when at least half of it is idle (the difference is rounded
+    half up), so a light background load of a few tenths changes nothing, and one busy
+    loop on a 2-CPU machine leaves one. ``load`` defaults to ``os.getloadavg()[0]``, the
+    one-minute average: it follows a change in the other work within a minute or so,
+    and counts this job's own recent work unless ``own_load`` says how much that is.
+
+    >>> usable_cpus(load=0.0) == available_cpus()
+    True
+    >>> usable_cpus(load=1000.0)  # a saturated machine still gets one worker
+    1
+    """
+    for name, value in (("load", load), ("own_load", own_load)):
+        if value is not None and not value >= 0:  # also refuses NaN
+            raise ValueError(
+                f"usable_cpus: {name} must be a load average >= 0 (runnable tasks), got {value!r}"
+            )
+    capacity = available_cpus(cgroup_root, proc_root)
+    if load is None:
+        load = _load_average()
+    busy = busy_cpus(load, own_load, capacity, _host_cpus())
+    return max(1, min(capacity, math.floor(capacity - busy + 0.5)))

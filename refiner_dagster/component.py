@@ -172,7 +172,9 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         default="error", description="What a missing source asset does."
     )
     num_workers: int | None = Field(
-        default=None, description="Write worker processes; default: the CPUs this process may use."
+        default=None,
+        description="Write worker processes; default: the CPUs this process may use and the "
+        "load average shows idle.",
     )
     storage: StorageSettings = Field(default_factory=StorageSettings, description="Storage.")
     partitions: PartitionSettings | None = Field(default=None, description="Partitions.")

@@ -143,8 +143,9 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
     num_workers: int | None = Field(
         default=None,
         description=(
-            "Worker processes the write stage uses on the step's machine; default: the number "
-            "of CPUs (per asset: refiner/num_workers). Never more than the number of shards."
+            "Worker processes the write stage uses on the step's machine; default: the CPUs "
+            "this process may use minus those the load average shows busy, at least 1 (per "
+            "asset: refiner/num_workers). Never more than the number of shards."
         ),
     )
     checksum: str | None = Field(

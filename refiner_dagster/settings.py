@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import refiner_core as mdr
-from refiner_core.cpus import available_cpus
+from refiner_core.cpus import usable_cpus
 from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
 
 METADATA_PREFIX = "refiner/"
@@ -182,7 +182,8 @@ def resolve_settings(
     """Merge IO manager ``defaults`` with ``refiner/*`` keys of an asset's metadata.
 
     Every value is validated (see :func:`validate_asset_metadata`); a ``num_workers``
-    left unset becomes the CPUs this process may use (:func:`~refiner_core.cpus.available_cpus`).
+    left unset becomes the CPUs this process may use that other work leaves idle
+    (:func:`~refiner_core.cpus.usable_cpus`).
     """
     values = {**defaults, **validate_asset_metadata(metadata, where=where)}
     checked = {
@@ -190,7 +191,7 @@ def resolve_settings(
         for name in SETTING_KEYS
         if name in values and not (name == "num_workers" and values[name] is None)
     }
-    num_workers = checked.get("num_workers") or available_cpus()
+    num_workers = checked.get("num_workers") or usable_cpus()
     return AssetSettings(
         format=checked["format"],
         subdir=str(checked["subdir"]),

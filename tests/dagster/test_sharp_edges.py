@@ -241,3 +241,23 @@ def test_python_311_to_313_are_supported():
     supported = SpecifierSet(project["requires-python"])
     assert all(v in supported for v in ("3.11.9", "3.12.4", "3.13.1"))
     assert "3.10.12" not in supported
+
+
+def test_default_workers_leave_the_cpus_other_work_keeps_busy(monkeypatch):
+    from refiner_dagster.settings import resolve_settings
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0, 2.0, 2.0))  # two busy loops
+    defaults = dict(
+        format="parquet",
+        subdir="assets",
+        missing_policy="error",
+        target_bytes=1,
+        num_workers=None,
+        max_in_flight=1,
+        finalize_inline=False,
+    )
+    workers = resolve_settings(defaults, {}, where="a").num_workers
+    assert workers <= 2  # a cgroup quota of this machine may cap it further
+    assert resolve_settings({**defaults, "num_workers": 3}, {}, where="a").num_workers == 3
