@@ -4,9 +4,14 @@ from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
+from .versions import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, UnknownVersion, read_pointer
 
 __all__ = [
+    "CURRENT_POINTER",
     "ChecksumMismatchError",
+    "UnknownVersion",
+    "VERSIONS_DIR",
+    "VERSION_PREFIX",
     "DataFile",
     "DataFolder",
     "check_relative",
@@ -18,6 +23,7 @@ __all__ = [
     "parse_checksum",
     "read_blob",
     "read_blobs",
+    "read_pointer",
     "resolve",
     "validate_reference",
 ]
