@@ -102,7 +102,8 @@ def test_yaml_to_a_published_version(dagster_instance, media, tmp_path, monkeypa
     ]
     meta = {k: v.value for k, v in mat.metadata.items()}
     assert meta["dagster/partition_row_count"] == 3
-    assert meta["dagster/table_name"] == str(data / "robotics" / "frames")
+    assert meta["dagster/table_name"] == "robotics.frames"
+    assert meta["refiner/dataset_folder"] == str(data / "robotics" / "frames" / "right")
     assert meta["refiner/missing_policy"] == "set_null"
     assert meta["blocks_written"] >= 2  # 16-byte blocks
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
