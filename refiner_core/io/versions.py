@@ -101,12 +101,11 @@ def version_folder(
             entries = fs.ls(folder, detail=True)
         except FileNotFoundError:
             entries = []
-    names = {posixpath.basename(e["name"].rstrip("/")) for e in entries}
+    names = {_name(e) for e in entries}
     on_disk = sorted(
-        posixpath.basename(e["name"].rstrip("/"))
+        _name(e)
         for e in entries
-        if e["type"] == "directory"
-        and posixpath.basename(e["name"].rstrip("/")).startswith(VERSION_PREFIX)
+        if e["type"] == "directory" and _name(e).startswith(VERSION_PREFIX)
     )
     pointer = read_pointer(fs, folder) if CURRENT_POINTER in names else None
     if pointer is None and not (VERSIONS_DIR in names and on_disk):
@@ -139,3 +138,7 @@ def version_folder(
         f"{what}: {full_url(fs, folder)} has no version {version!r} on disk; versions on disk: "
         f"{listed}. Pass one of them, or leave version unset to read the published one"
     )
+
+
+def _name(entry: dict[str, Any]) -> str:
+    return posixpath.basename(entry["name"].rstrip("/"))
