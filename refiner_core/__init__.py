@@ -20,6 +20,7 @@ from .execution.fingerprint import RunDirMismatch
 from .execution.launcher import LaunchStats
 from .io import ChecksumMismatchError, DataFile, DataFolder, iter_blobs, read_blob, read_blobs
 from .io.ownership import OutputFolderBusy, OwnershipLost
+from .io.versions import check_version
 from .pipeline.pipeline import Pipeline
 from .pipeline.sequence import PipelineSequence
 from .row import Row
@@ -42,6 +43,7 @@ def read_parquet(
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
     uncommitted: bool = False,
+    version: str | None = None,
 ) -> Pipeline:
     """Read Parquet files (path, glob, folder or list; local or any fsspec URL).
 
@@ -49,7 +51,14 @@ def read_parquet(
     (``_refiner/summary.json``) lists; one that was never finalized raises
     ``UncommittedOutput`` unless ``uncommitted=True``, which reads every Parquet file
     in it. Other folders read as all the Parquet files below them.
+
+    A versioned dataset folder (a Dagster dataset or partition folder, with
+    ``_current.json`` beside its ``v-<id>/`` version folders) reads as its published
+    version only, whatever other versions are on disk; ``version="v-<id>"`` reads
+    another version still on disk instead (``refiner_core.io.UnknownVersion``, naming
+    the versions on disk, when it is not). The version is chosen when the stage plans.
     """
+    check_version(version, "read_parquet")
     return Pipeline(
         ParquetSource(
             inputs,
@@ -59,6 +68,7 @@ def read_parquet(
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
             uncommitted=uncommitted,
+            version=version,
         )
     )
 
@@ -71,12 +81,15 @@ def read_jsonl(
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
     uncommitted: bool = False,
+    version: str | None = None,
 ) -> Pipeline:
     """Read JSON Lines files; shards are byte ranges cut at newlines.
 
-    Refiner output folders read as their committed files, as in :func:`read_parquet`
+    Refiner output folders read as their committed files, and versioned dataset folders
+    as their published version (or ``version="v-<id>"``), as in :func:`read_parquet`
     (``uncommitted=True`` reads every JSONL file of an unfinalized one).
     """
+    check_version(version, "read_jsonl")
     return Pipeline(
         JsonlSource(
             inputs,
@@ -85,6 +98,7 @@ def read_jsonl(
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
             uncommitted=uncommitted,
+            version=version,
         )
     )
 
@@ -94,12 +108,19 @@ def read_lance(
     *,
     dtypes: dict[str, Any] | None = None,
     columns: list[str] | None = None,
-    version: int | None = None,
+    version: int | str | None = None,
     num_shards: int | None = None,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
 ) -> Pipeline:
-    """Read one version of a Lance dataset; shards are groups of whole fragments."""
+    """Read one version of a Lance dataset; shards are groups of whole fragments.
+
+    ``version`` as a number is a Lance table version (the latest when ``None``). ``uri``
+    may also be a versioned dataset folder (``_current.json`` beside ``v-<id>/`` Lance
+    datasets, as refiner_dagster publishes them): it reads the published version's
+    table, or with ``version="v-<id>"`` another version still on disk
+    (``refiner_core.io.UnknownVersion``, naming the versions on disk, when it is not).
+    """
     from .sources.lance import LanceSource
 
     return Pipeline(

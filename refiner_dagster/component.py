@@ -145,7 +145,8 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
 
     Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the
     dataset asset, its finalization asset (with checks), the IO manager resource
-    ``refiner_<key>`` and, with ``automation.cron``, a refresh job and schedule.
+    ``refiner_<key>`` and, with ``automation.cron``, a refresh job ``<key>_refresh`` and its
+    schedule ``<key>_refresh_schedule`` (``<key>`` with ``/`` as ``__``).
 
     Example:
         >>> import dagster as dg

@@ -46,7 +46,7 @@ from .fanout_steps import (
 )
 from .finalization import audit_check_specs
 from .publish import AuditPolicy
-from .settings import DATASET_KEY
+from .settings import DATASET_KEY, validate_asset_metadata
 from .storage import DatasetVersion
 
 _KIND_TAGS = {"kind": "refiner"}
@@ -83,7 +83,9 @@ def build_dataset_asset(
 
     - ``io_manager_key``: the refiner IO manager whose settings, storage and
       ``definition_metadata`` keys (``refiner/format``, ``refiner/target_bytes`` ...)
-      the steps write with; it also loads the asset downstream.
+      the steps write with; it also loads the asset downstream. ``refiner/*`` keys of
+      ``metadata`` are checked here, when the definitions load (``ValueError`` naming
+      the asset, the key, the bad value and the valid ones).
     - ``step_io_manager_key``: the persistent IO manager carrying the plan, the shard
       lists and the manifests between steps (``fs_io_manager`` by default; bind it to
       ``dagster_aws.s3.S3PickleIOManager`` when steps run on other machines).
@@ -128,6 +130,8 @@ def build_dataset_asset(
     else:
         prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
     key = dg.AssetKey([*prefix, asset_name])
+    # a bad refiner/format (or other refiner/ setting) fails when the definitions load
+    validate_asset_metadata(metadata, where=f"asset {key.to_user_string()}")
     policy = AuditPolicy(
         max_missing_fraction=max_missing_fraction,
         sample_threshold=sample_threshold,

@@ -48,6 +48,16 @@ def _job_name(job: Any) -> str:
     return name
 
 
+def _default_name(job_name: str) -> str:
+    """``<job>_refresh``, without saying "refresh" twice for a job named ``<x>_refresh``.
+
+    >>> _default_name("dataset_job"), _default_name("robotics__frames_refresh")
+    ('dataset_job_refresh', 'robotics__frames_refresh_schedule')
+    """
+    suffix = "_schedule" if job_name.endswith("_refresh") else "_refresh"
+    return f"{job_name}{suffix}"
+
+
 def build_refresh_schedule(
     job: Any,
     cron: str,
@@ -66,7 +76,8 @@ def build_refresh_schedule(
         job: The dataset job: ``dg.define_asset_job(...)`` or a job definition.
         cron: A cron string such as ``"0 3 * * *"`` (03:00 every day).
         timezone: IANA timezone the cron is read in, e.g. ``"Europe/Paris"``.
-        name: Schedule name; ``<job name>_refresh`` by default.
+        name: Schedule name; by default ``<job name>_refresh``, or ``<job name>_schedule``
+            when the job's name already ends in ``_refresh``.
         run_config: Run config for every run.
         tags: Extra tags on every run.
         default_status: Whether the schedule starts running when the code location loads.
@@ -75,7 +86,7 @@ def build_refresh_schedule(
             dynamic): the partition key to refresh at a tick time.
     """
     job_name = _job_name(job)
-    schedule_name = name or f"{job_name}_refresh"
+    schedule_name = name or _default_name(job_name)
     if not isinstance(cron, str) or not cron.strip():
         raise ValueError(f"schedule {schedule_name!r}: cron must be a cron string, got {cron!r}")
     known = getattr(job, "partitions_def", None)

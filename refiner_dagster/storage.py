@@ -9,8 +9,10 @@ pointer file, written last by finalization, says which version readers see::
         v-<id>/                  the engine's output folder (table files, assets/, _refiner/)
 
 ``<id>`` is the Dagster run id shortened to 12 hex digits. Readers only follow
-``_current.json``, so they never see a half-written version; versions created
-before the published one are deleted after it is published.
+``_current.json`` (``mdr.read_parquet`` and the other readers too, given the folder:
+refiner_core owns the pointer format, :mod:`refiner_core.io.versions`), so they never
+see a half-written version; versions created before the published one are deleted
+after it is published.
 
 Example:
     >>> import tempfile
@@ -37,11 +39,9 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
+from refiner_core.io import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, read_pointer
 from refiner_core.manifests import DatasetSummary
 
-CURRENT_POINTER = "_current.json"
-VERSIONS_DIR = "_versions"
-VERSION_PREFIX = "v-"
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -290,9 +290,8 @@ class DatasetStorage:
     ) -> DatasetVersion | None:
         """The published version readers see, or ``None``."""
         folder = self.partition_folder(asset_path, partition_key)
-        try:
-            pointer = json.loads(folder.read_bytes(CURRENT_POINTER))
-        except FileNotFoundError:
+        pointer = read_pointer(folder.fs, folder.path)
+        if pointer is None:
             return None
         return DatasetVersion(self, list(asset_path), partition_key, pointer["version"], pointer)
 

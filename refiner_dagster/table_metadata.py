@@ -5,11 +5,14 @@ Every finalization (and inline publication) records, besides the engine counters
 ``dagster/column_schema``        the written Arrow schema; asset columns are typed as what
                                  they hold (``image blob reference``, ``list<video path>``)
                                  and tagged ``refiner/asset``
-``dagster/table_name``           the stable dataset address: the dataset's folder under the
-                                 IO manager's base URL, the same for every version
+``dagster/table_name``           the dataset's dotted name: its asset key joined by dots
+                                 (``robotics.episodes``), the same for every version and
+                                 partition
 ``dagster/row_count``            rows of an unpartitioned dataset
 ``dagster/partition_row_count``  rows of the partition, on partitioned datasets
 ``dagster/uri``                  the published version folder
+``refiner/dataset_folder``       the dataset (partition) folder: readers given it, such as
+                                 ``mdr.read_parquet``, read its published version
 
 Example:
     >>> import pyarrow as pa, refiner_core as mdr
@@ -64,8 +67,9 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
 
 
 def dataset_table_name(version: DatasetVersion) -> str:
-    """The dataset's address that stays the same across versions and partitions."""
-    return version.storage.partition_folder(version.asset_path, None).url
+    """The dataset's name, the same across versions and partitions: its asset key
+    joined by dots (``["robotics", "episodes"]`` -> ``robotics.episodes``)."""
+    return ".".join(version.asset_path)
 
 
 def table_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +78,7 @@ def table_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str
     metadata: dict[str, Any] = {
         "dagster/table_name": dg.MetadataValue.text(dataset_table_name(version)),
         "dagster/uri": dg.MetadataValue.path(version.url),
+        "refiner/dataset_folder": dg.MetadataValue.path(version.folder.url),
     }
     if version.partition_key is None:
         metadata["dagster/row_count"] = dg.MetadataValue.int(rows)

@@ -24,14 +24,14 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..io import CURRENT_POINTER as POINTER
+from ..io import VERSIONS_DIR as VERSIONS
 from ..io import DataFolder
 
 STATE_DIR = "_refiner"
 SUMMARY = f"{STATE_DIR}/summary.json"
 ATTEMPTS = f"{STATE_DIR}/attempts"
 LAYOUT = f"{STATE_DIR}/layout.json"
-POINTER = "_current.json"
-VERSIONS = "_versions"
 
 
 class NotAnOutput(ValueError):

@@ -5,9 +5,14 @@ from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 from .read_sources import read_sources, set_read_sources
+from .versions import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, UnknownVersion, read_pointer
 
 __all__ = [
+    "CURRENT_POINTER",
     "ChecksumMismatchError",
+    "UnknownVersion",
+    "VERSIONS_DIR",
+    "VERSION_PREFIX",
     "DataFile",
     "DataFolder",
     "check_relative",
@@ -19,6 +24,7 @@ __all__ = [
     "parse_checksum",
     "read_blob",
     "read_blobs",
+    "read_pointer",
     "read_sources",
     "resolve",
     "set_read_sources",

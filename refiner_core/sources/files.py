@@ -7,6 +7,7 @@ import posixpath
 from typing import Any
 
 from ..io.datafile import full_url, resolve
+from ..io.versions import check_version, version_folder
 from ..manifests import LAYOUT_PATH
 from .committed import REFINER_DIR, committed_files, holds_output
 
@@ -18,6 +19,7 @@ def expand_inputs(
     storage_options: dict[str, Any] | None,
     what: str,
     uncommitted: bool = False,
+    version: str | None = None,
 ) -> list[tuple[Any, str]]:
     """Return ``(fs, path)`` for every file named by ``inputs``, sorted and de-duplicated.
 
@@ -25,8 +27,12 @@ def expand_inputs(
     entries whose name starts with ``_`` or ``.`` and the asset folders recorded by
     a refiner writer. A refiner output folder (one with ``_refiner/``) gives the
     files its finalization summary lists (see :mod:`refiner_core.sources.committed`);
-    ``uncommitted=True`` gives every data file in it instead.
+    ``uncommitted=True`` gives every data file in it instead. A versioned dataset
+    folder (one with ``_current.json``, met anywhere below a folder input) gives its
+    published version's files, or those of ``version`` for a folder input that is one
+    (see :mod:`refiner_core.io.versions`).
     """
+    version = check_version(version, what)
     items = [inputs] if isinstance(inputs, str) else list(inputs or [])
     if not items:
         raise ValueError(f"{what}: no inputs given; pass a path, glob, folder or list of them")
@@ -42,12 +48,12 @@ def expand_inputs(
                 raise FileNotFoundError(f"{what}: glob {item!r} matched no files")
             for m in matches:
                 if fs.isdir(m):
-                    for f in _walk(fs, m, suffixes, what, uncommitted):
+                    for f in _walk(fs, m, suffixes, what, uncommitted, version):
                         found[full_url(fs, f)] = (fs, f)
                 else:
                     found[full_url(fs, m)] = (fs, m)
         elif fs.isdir(path):
-            files = _walk(fs, path, suffixes, what, uncommitted)
+            files = _walk(fs, path, suffixes, what, uncommitted, version)
             if not files:
                 raise FileNotFoundError(
                     f"{what}: folder {item!r} holds no files ending in {', '.join(suffixes)}"
@@ -55,6 +61,11 @@ def expand_inputs(
             for f in files:
                 found[full_url(fs, f)] = (fs, f)
         elif fs.exists(path):
+            if version is not None:
+                raise ValueError(
+                    f"{what}: version={version!r} names a version of a dataset folder, but "
+                    f"{item!r} is a file; pass the dataset folder, or drop version="
+                )
             found[full_url(fs, path)] = (fs, path)
         else:
             raise FileNotFoundError(f"{what}: input {item!r} does not exist")
@@ -71,14 +82,25 @@ def _asset_subdirs(fs, folder: str) -> set[str]:
 
 
 def _walk(
-    fs, folder: str, suffixes: tuple[str, ...], what: str, uncommitted: bool = False
+    fs,
+    folder: str,
+    suffixes: tuple[str, ...],
+    what: str,
+    uncommitted: bool = False,
+    version: str | None = None,
 ) -> list[str]:
-    skip = {posixpath.join(folder.rstrip("/"), d) for d in _asset_subdirs(fs, folder)}
+    top = folder.rstrip("/")
+    skip = {posixpath.join(top, d) for d in _asset_subdirs(fs, folder)}
     out: list[str] = []
-    stack = [folder.rstrip("/")]
+    stack = [top]
     while stack:
         current = stack.pop()
         entries = fs.ls(current, detail=True)
+        wanted = version if current == top else None
+        chosen = version_folder(fs, current, wanted, what=what, entries=entries)
+        if chosen is not None:
+            stack.append(chosen)
+            continue
         if not uncommitted and any(
             e["type"] == "directory"
             and posixpath.basename(e["name"].rstrip("/")) == REFINER_DIR

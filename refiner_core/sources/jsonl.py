@@ -51,6 +51,7 @@ class JsonlSource:
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
         uncommitted: bool = False,
+        version: str | None = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -60,6 +61,7 @@ class JsonlSource:
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
         self.uncommitted = bool(uncommitted)
+        self.version = version
 
     def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         files = expand_inputs(
@@ -68,6 +70,7 @@ class JsonlSource:
             storage_options=self.storage_options,
             what="read_jsonl",
             uncommitted=self.uncommitted,
+            version=self.version,
         )
         sizes = [(full_url(fs, path), int(fs.size(path))) for fs, path in files]
         piece = self.target_shard_bytes

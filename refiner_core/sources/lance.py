@@ -8,6 +8,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import fields_from_dtypes
+from ..io.datafile import full_url, resolve
+from ..io.versions import check_version, version_folder
 from ..lance.blobs import blob_columns, mark_blob_columns
 from ..lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
 from ..lance.isolation import call_isolated, iter_isolated
@@ -61,7 +63,9 @@ class LanceSource:
 
     The version is pinned when the stage plans (the latest one when ``version`` is
     ``None``) and travels in every shard, so all shards read the same snapshot even
-    if the dataset is written to meanwhile. Blocks are Arrow tables of at most
+    if the dataset is written to meanwhile. ``uri`` may be a versioned dataset folder
+    (:mod:`refiner_core.io.versions`): the table read is then its published version's,
+    or that of ``version="v-<id>"``, chosen when the stage plans too. Blocks are Arrow tables of at most
     ``batch_rows`` rows and about ``batch_bytes`` bytes (:func:`fragment_batching`);
     field metadata (asset marks) comes back as written, and Lance blob columns as the
     bytes they hold (:mod:`refiner_core.lance.blobs`).
@@ -82,14 +86,18 @@ class LanceSource:
         *,
         dtypes: dict[str, Any] | None = None,
         columns: list[str] | None = None,
-        version: int | None = None,
+        version: int | str | None = None,
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
-        if version is not None:
+        self.dataset_version = version if isinstance(version, str) else None
+        if isinstance(version, str):
+            check_version(version, "read_lance")
+            version = None
+        elif version is not None:
             check_positive("version", version)
         check_columns(columns)
         self.url = dataset_url(uri, storage_options)
@@ -98,21 +106,29 @@ class LanceSource:
         self.version = version
         self.num_shards = num_shards
         self.target_shard_bytes = target_shard_bytes
+        self.storage_options = storage_options
         self.lance_options = lance_storage_options(storage_options)
         self.pinned_version: int | None = None
         self._schema: pa.Schema | None = None
 
+    def table_url(self) -> str:
+        """The Lance dataset to read: ``uri``, or the chosen version of a dataset folder."""
+        fs, path = resolve(self.url, self.storage_options)
+        chosen = version_folder(fs, path, self.dataset_version, what="read_lance")
+        return self.url if chosen is None else full_url(fs, chosen)
+
     def plan(self, hint: ShardHint | None = None) -> list[Shard]:
+        url = self.table_url()
         try:
-            info = call_isolated(probe, self.url, self.lance_options, self.version)
+            info = call_isolated(probe, url, self.lance_options, self.version)
         except ValueError as exc:
             raise ValueError(
-                f"read_lance: cannot open {self.url}: {exc}. Pass an existing version, "
+                f"read_lance: cannot open {url}: {exc}. Pass an existing version, "
                 "or version=None for the latest"
             ) from exc
         if info is None:
             raise FileNotFoundError(
-                f"read_lance: no Lance dataset at {self.url}; check the path, or write one "
+                f"read_lance: no Lance dataset at {url}; check the path, or write one "
                 "with pipeline.write_lance(...)"
             )
         schema = info["schema"]
@@ -120,7 +136,7 @@ class LanceSource:
             missing = [c for c in self.columns if c not in schema.names]
             if missing:
                 raise ValueError(
-                    f"read_lance: columns {missing} are not in {self.url} version "
+                    f"read_lance: columns {missing} are not in {url} version "
                     f"{info['version']} (it has {schema.names})"
                 )
         self.pinned_version = info["version"]
@@ -136,7 +152,8 @@ class LanceSource:
             runs = split_pieces([rows for _, rows, _ in fragments], weights, count)
         total_rows = sum(rows for _, rows, _ in fragments)
         payloads = [
-            (info["version"], tuple(self._span(fragments, span) for span in run)) for run in runs
+            (info["version"], tuple(self._span(fragments, span) for span in run), url)
+            for run in runs
         ]
         log_short_plan("read_lance", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_lance")
@@ -153,12 +170,13 @@ class LanceSource:
 
     def _fragment_tables(
         self,
+        url: str,
         version: int,
         spans: tuple[tuple[int, int, int], ...],
         batch_rows: int,
         batch_bytes: int | None,
     ):
-        dataset = open_dataset(self.url, self.lance_options, version)
+        dataset = open_dataset(url, self.lance_options, version)
         blobs = blob_columns(dataset.schema, self.columns)
         options: dict[str, Any] = {}
         if blobs:
@@ -171,7 +189,7 @@ class LanceSource:
             fragment = dataset.get_fragment(fragment_id)
             if fragment is None:
                 raise ValueError(
-                    f"read_lance {self.url} version {version}: fragment {fragment_id} is gone; "
+                    f"read_lance {url} version {version}: fragment {fragment_id} is gone; "
                     "the version was cleaned up while the run was reading it. Launch it again"
                 )
             rows, readahead = fragment_batching(fragment.metadata, batch_rows, batch_bytes)
@@ -189,7 +207,9 @@ class LanceSource:
     def read(
         self, shard: Shard, *, batch_rows: int, batch_bytes: int | None = None
     ) -> Iterator[pa.Table]:
-        version, spans = shard.payload
-        where = f"read_lance {self.url} version {version}"
-        for table in iter_isolated(self._fragment_tables, version, spans, batch_rows, batch_bytes):
+        version, spans, url = shard.payload
+        where = f"read_lance {url} version {version}"
+        for table in iter_isolated(
+            self._fragment_tables, url, version, spans, batch_rows, batch_bytes
+        ):
             yield apply_fields(table, self.fields, where=where)

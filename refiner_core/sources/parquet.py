@@ -56,6 +56,7 @@ class ParquetSource:
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
         uncommitted: bool = False,
+        version: str | None = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
@@ -67,6 +68,7 @@ class ParquetSource:
         self.target_shard_bytes = target_shard_bytes
         self.storage_options = storage_options
         self.uncommitted = bool(uncommitted)
+        self.version = version
         self._schema: pa.Schema | None = None
 
     def _metadata(self, fs, path: str) -> pq.FileMetaData:
@@ -86,6 +88,7 @@ class ParquetSource:
             storage_options=self.storage_options,
             what="read_parquet",
             uncommitted=self.uncommitted,
+            version=self.version,
         )
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
             metas = list(pool.map(lambda fp: self._metadata(*fp), files))

@@ -85,9 +85,10 @@ def test_yaml_to_a_published_version(dagster_instance, media, tmp_path, monkeypa
     dataset_key = dg.AssetKey(["robotics", "frames"])
     final_key = dg.AssetKey(["robotics", "frames_finalized"])
     assert {a.key for a in defs.resolve_all_asset_specs()} == {dataset_key, final_key}
-    assert defs.resolve_schedule_def("robotics__frames_refresh_refresh").cron_schedule == (
-        "0 4 * * *"
-    )
+    schedule = defs.resolve_schedule_def("robotics__frames_refresh_schedule")
+    assert schedule.cron_schedule == "0 4 * * *"
+    assert schedule.job_name == "robotics__frames_refresh"
+    assert [s.name for s in defs.schedules] == ["robotics__frames_refresh_schedule"]
     final_spec = next(s for s in defs.resolve_all_asset_specs() if s.key == final_key)
     assert final_spec.automation_condition == dg.AutomationCondition.eager()
 
@@ -101,7 +102,8 @@ def test_yaml_to_a_published_version(dagster_instance, media, tmp_path, monkeypa
     ]
     meta = {k: v.value for k, v in mat.metadata.items()}
     assert meta["dagster/partition_row_count"] == 3
-    assert meta["dagster/table_name"] == str(data / "robotics" / "frames")
+    assert meta["dagster/table_name"] == "robotics.frames"
+    assert meta["refiner/dataset_folder"] == str(data / "robotics" / "frames" / "right")
     assert meta["refiner/missing_policy"] == "set_null"
     assert meta["blocks_written"] >= 2  # 16-byte blocks
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}

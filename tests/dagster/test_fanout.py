@@ -323,6 +323,23 @@ def test_pool_and_static_steps(fanout_env):
         rd.build_dataset_asset(defs.frames_pipeline, name="x", max_tasks=0)
 
 
+def test_a_bad_format_is_refused_when_the_asset_is_built():
+    with pytest.raises(ValueError) as caught:
+        rd.build_dataset_asset(
+            defs.frames_pipeline,
+            name="frames",
+            key_prefix="robotics",
+            metadata={"refiner/format": "csv"},
+        )
+    message = str(caught.value)
+    assert message.startswith("asset robotics/frames: metadata refiner/format='csv'")
+    assert "'parquet', 'jsonl', 'lance'" in message
+    with pytest.raises(ValueError, match="unknown metadata key 'refiner/fromat'"):
+        rd.build_dataset_asset(defs.frames_pipeline, metadata={"refiner/fromat": "jsonl"})
+    jsonl = rd.build_dataset_asset(defs.frames_pipeline, metadata={"refiner/format": "jsonl"})
+    assert jsonl.key == dg.AssetKey("frames_pipeline")
+
+
 def test_function_must_return_a_lazy_pipeline(dagster_instance, fanout_env, tmp_path):
     def written(context):
         return mdr.from_items([{"x": 1}]).write_parquet(str(tmp_path / "elsewhere"))

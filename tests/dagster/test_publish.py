@@ -134,8 +134,9 @@ def test_finalization_has_standard_table_metadata(dagster_instance, media):
     assert result.success
     meta = output_metadata(result, "episodes_finalized")
     root = partition_root(dagster_instance, "episodes")
-    assert meta["dagster/table_name"] == root  # the dataset, not the version folder
+    assert meta["dagster/table_name"] == "episodes"  # a dotted name, not a folder
     assert meta["dagster/uri"] == current_pointer(root)["url"]
+    assert meta["refiner/dataset_folder"] == root
     assert meta["dagster/row_count"] == 3
     columns = {c.name: c for c in meta["dagster/column_schema"].columns}
     assert columns["episode"].type == "int64"
@@ -156,7 +157,8 @@ def test_finalization_has_standard_table_metadata(dagster_instance, media):
         part = output_metadata(run, "shots_finalized")
         assert part["dagster/partition_row_count"] == 2 and "dagster/row_count" not in part
         names.add(part["dagster/table_name"])
-    assert names == {partition_root(dagster_instance, "shots")}
+        assert part["refiner/dataset_folder"] == partition_root(dagster_instance, "shots", key)
+    assert names == {"shots"}
 
 
 def test_eager_finalization_follows_a_write(dagster_instance, media):

@@ -1,4 +1,4 @@
-"""The README's Dagster example runs as written (with its data folder pointed at test data)."""
+"""The README's Dagster examples run as written (with their data pointed at test data)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import refiner_core as mdr
+import refiner_dagster as rd
+from tests.dagster import fanout_defs
+
+from .test_fanout import fanout_env  # noqa: F401
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -52,3 +57,42 @@ def test_your_own_data_example_materializes(dagster_instance, tmp_path: Path) ->
     assert sorted(mdr.read_blob(r["video"]) for r in rows) == sorted(
         Path(v).read_bytes() for v in videos
     )
+
+
+def python_block_with(marker: str) -> str:
+    """The README's python example that contains ``marker``."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"{len(found)} python examples contain {marker!r}"
+    return found[0]
+
+
+@pytest.mark.usefixtures("fanout_env")
+def test_reexecute_from_failure_example_finishes_a_failed_run(dagster_instance):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(fanout_defs.FAULT_ENV, "raise:7")  # one write step fails, once
+        with dg.execute_job(
+            dg.reconstructable(fanout_defs.frames_once_job), instance=dagster_instance
+        ) as failed:
+            assert not failed.success
+    storage = fanout_defs.refiner_resource().storage()
+    assert storage.current(["frames_once"], None) is None
+
+    namespace: dict = {}
+    code = python_block_with("ReexecutionOptions.from_failure")
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["reexecute_from_failure"](fanout_defs.frames_once_job, failed.run_id)
+
+    [resumed] = [r for r in dagster_instance.get_runs() if r.parent_run_id == failed.run_id]
+    started = dagster_instance.all_logs(resumed.run_id, of_type=dg.DagsterEventType.STEP_START)
+    assert sorted(e.step_key for e in started) == [
+        "frames_once.frames_once_finalize",
+        "frames_once.frames_once_write[task_00001]",
+    ]
+    final = fanout_defs.published("frames_once")
+    assert final.name == f"v-{rd.short_run_id(failed.run_id)}"  # the failed run's version
+    assert fanout_defs.rows_of(final) == fanout_defs.expected_rows()
+
+
+def test_readme_names_no_dagster_command_that_does_not_exist():
+    assert "reexecute --from-failure" not in README.read_text()

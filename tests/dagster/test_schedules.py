@@ -111,3 +111,10 @@ def test_partitioned_job_gets_the_ticks_partition() -> None:
         static_job, "0 3 * * *", "UTC", partition_key_fn=lambda t: "left" if t.day % 2 else "right"
     )
     assert chosen(dg.build_schedule_context(scheduled_execution_time=when)).partition_key == "right"
+
+
+def test_a_job_named_refresh_gets_a_schedule_not_named_refresh_twice() -> None:
+    job = dg.define_asset_job("robotics__frames_refresh", selection=[dataset])
+    schedule = build_refresh_schedule(job, "0 4 * * *")
+    assert schedule.name == "robotics__frames_refresh_schedule"
+    assert build_refresh_schedule(job, "0 4 * * *", name="nightly").name == "nightly"
