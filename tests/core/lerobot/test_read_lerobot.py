@@ -1,0 +1,118 @@
+"""read_lerobot on v3.0 datasets laid out with real H.264 video."""
+
+from __future__ import annotations
+
+import pytest
+
+import refiner_core as mdr
+from tests.core.lerobot.layout import FPS, TASKS, pixel, write_dataset
+
+CAM = "observation.images.front"
+
+
+def _rows(pipeline: mdr.Pipeline) -> list[dict]:
+    rows = []
+    for shard in pipeline.plan():
+        for block in pipeline.source.read(shard, batch_rows=1000):
+            rows.extend(block.to_pylist())
+    return rows
+
+
+@pytest.fixture
+def dataset(tmp_path) -> str:
+    return write_dataset(
+        str(tmp_path / "ds"), [10, 6, 8], cameras=(CAM, "observation.images.wrist")
+    )
+
+
+def test_frames_rows_carry_data_task_and_a_clip_of_each_frame(dataset):
+    rows = _rows(mdr.read_lerobot(dataset))
+    assert [r["index"] for r in rows] == list(range(24))
+    second = rows[12]  # episode 1, frame 2
+    assert second["episode_index"] == 1 and second["frame_index"] == 2
+    assert second["task"] == TASKS[1]
+    assert second["observation.state"] == [12.0, -12.0]
+    clip = second[CAM]
+    assert clip["path"] == f"{dataset}/videos/{CAM}/chunk-000/file-000.mp4"
+    assert clip["from_timestamp"] == pytest.approx(1.2)  # episode 1 starts at 1.0 s in the file
+    assert clip["to_timestamp"] == pytest.approx(1.3)
+    [(at, frame)] = list(mdr.read_frames(clip))
+    assert at == pytest.approx(1.2) and frame.shape == (24, 32, 3) and frame.dtype.name == "uint8"
+    assert abs(int(frame[0, 0, 0]) - pixel(12, 0)) <= 3
+
+
+def test_clip_columns_are_marked_video_clips(dataset):
+    pipeline = mdr.read_lerobot(dataset)
+    block = next(pipeline.source.read(pipeline.plan()[0], batch_rows=4))
+    info = mdr.datatype.asset_of(block.schema.field(CAM))
+    assert (info.kind, info.form) == ("video", "clip")
+
+
+def test_episode_rows_have_length_tasks_and_one_clip_per_camera(dataset):
+    rows = _rows(mdr.read_lerobot(dataset, rows="episodes"))
+    assert [(r["episode_index"], r["length"], r["tasks"]) for r in rows] == [
+        (0, 10, [TASKS[0]]),
+        (1, 6, [TASKS[1]]),
+        (2, 8, [TASKS[0]]),
+    ]
+    assert [(r[CAM]["from_timestamp"], r[CAM]["to_timestamp"]) for r in rows] == [
+        (0.0, 1.0),
+        (1.0, 1.6),
+        (1.6, 2.4),
+    ]
+    assert rows[2]["observation.images.wrist"]["path"].endswith("wrist/chunk-000/file-000.mp4")
+
+
+def test_episodes_filter_and_video_keys(dataset):
+    rows = _rows(mdr.read_lerobot(dataset, episodes=[2], video_keys=[CAM]))
+    assert {r["episode_index"] for r in rows} == {2}
+    assert len(rows) == 8 and "observation.images.wrist" not in rows[0]
+
+
+def test_episodes_filter_reads_only_the_row_groups_of_those_episodes(tmp_path):
+    root = write_dataset(str(tmp_path / "ds"), [10, 10, 10], row_group_rows=10)
+    data = f"{root}/data/chunk-000/file-000.parquet"
+    with open(data, "r+b") as f:  # spoil episode 0's row group: reading it would fail
+        f.seek(4)
+        f.write(b"\0" * 200)
+    assert len(_rows(mdr.read_lerobot(root, episodes=[2]))) == 10
+
+
+def test_shards_hold_whole_episodes(dataset):
+    shards = mdr.read_lerobot(dataset, num_shards=2).plan()
+    assert [[e.index for e in s.payload[2]] for s in shards] == [[0], [1, 2]]
+
+
+def test_unknown_episode_and_camera_are_named(dataset):
+    with pytest.raises(ValueError, match=r"episodes \[7\] are not in the dataset"):
+        mdr.read_lerobot(dataset, episodes=[0, 7]).plan()
+    with pytest.raises(ValueError, match=r"video_keys \['top'\] are not video features"):
+        mdr.read_lerobot(dataset, video_keys=["top"]).plan()
+
+
+def test_not_a_v3_dataset_is_refused_with_the_reason(tmp_path):
+    with pytest.raises(ValueError, match="no meta/info.json"):
+        mdr.read_lerobot(str(tmp_path)).plan()
+
+
+def test_frames_write_to_parquet_keeping_clip_references(dataset, tmp_path):
+    out = str(tmp_path / "out")
+    mdr.read_lerobot(dataset, episodes=[1]).write_parquet(out).launch_local(num_workers=1)
+    back = _rows(mdr.read_parquet(out))
+    assert len(back) == 6 and back[0][CAM]["from_timestamp"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("assets", [mdr.FileAssetConfig(), mdr.BlobAssetConfig()])
+def test_asset_writers_refuse_clip_columns_naming_the_column(dataset, tmp_path, assets):
+    pipeline = mdr.read_lerobot(dataset, episodes=[1], video_keys=[CAM])
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match=r"column 'observation.images.front' holds video clips"):
+        pipeline.write_parquet(str(out), assets=assets).launch_local(num_workers=1)
+    assert not [p for p in out.rglob("*") if p.is_file() and "_refiner" not in p.parts]
+
+
+def test_fps_is_the_clip_length_of_a_frame(dataset):
+    rows = _rows(mdr.read_lerobot(dataset, episodes=[0]))
+    assert all(
+        r[CAM]["to_timestamp"] - r[CAM]["from_timestamp"] == pytest.approx(1 / FPS) for r in rows
+    )
