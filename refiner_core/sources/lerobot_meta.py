@@ -1,8 +1,9 @@
-"""The metadata of a LeRobot v3.0 dataset: ``meta/info.json``, ``meta/episodes`` and tasks.
+"""The metadata of a LeRobot dataset: ``meta/info.json``, the episodes and the tasks.
 
 A v3.0 dataset keeps many episodes per data file (``data/chunk-*/file-*.parquet``, one row
 per frame) and per video file (one MP4 per camera and chunk); an episode's video is the
 time range ``[from_timestamp, to_timestamp)`` of its file, as ``meta/episodes`` records.
+A v2.1 dataset has a data file and an MP4 per episode (see :mod:`.lerobot_v21`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..io.datafile import full_url, resolve
 
-SUPPORTED_VERSIONS = ("v3.0",)
+SUPPORTED_VERSIONS = ("v3.0", "v2.1")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def load_meta(
         raise _fail(
             root_url,
             f"meta/info.json says codebase_version={version!r}; read_lerobot reads "
-            f"{', '.join(SUPPORTED_VERSIONS)} datasets. Convert it with LeRobot's v3.0 converter",
+            f"{', '.join(SUPPORTED_VERSIONS)} datasets. Convert it with LeRobot's converters",
         )
     features = info.get("features") or {}
     all_keys = tuple(
@@ -91,6 +92,11 @@ def load_meta(
             )
         keys = tuple(video_keys)
     fps = float(info["fps"])
+    if version == "v2.1":
+        from .lerobot_v21 import v21_episodes, v21_tasks
+
+        episodes = sorted(v21_episodes(fs, base, root_url, info, keys, fps), key=lambda e: e.index)
+        return LeRobotMeta(root_url, fps, keys, tuple(episodes), v21_tasks(fs, base))
     episode_files = sorted(
         fs.glob(posixpath.join(base, "meta", "episodes", "chunk-*", "file-*.parquet"))
     )

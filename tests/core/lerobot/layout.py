@@ -157,3 +157,67 @@ def write_dataset(
             f"{root}/videos/{key}/chunk-000/file-000.mp4", episode_lengths, camera, gop, size, noise
         )
     return root
+
+
+def write_dataset_v21(
+    root: str,
+    episode_lengths: list[int],
+    *,
+    cameras: tuple[str, ...] = ("observation.images.front",),
+) -> str:
+    """Lay out a v2.1 dataset: the frames of :func:`write_dataset`, with a data file and an
+    MP4 per episode (frame ``i`` of the dataset still shows ``pixel(i, camera)``)."""
+    v3 = write_dataset(f"{root}.v3", episode_lengths, cameras=cameras)
+    with open(f"{v3}/meta/info.json") as f:
+        info = json.load(f)
+    info["codebase_version"] = "v2.1"
+    info["data_path"] = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+    info["video_path"] = (
+        "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+    )
+    os.makedirs(f"{root}/meta", exist_ok=True)
+    os.makedirs(f"{root}/data/chunk-000", exist_ok=True)
+    with open(f"{root}/meta/info.json", "w") as f:
+        json.dump(info, f)
+    data = pq.read_table(f"{v3}/data/chunk-000/file-000.parquet")
+    episodes = pq.read_table(f"{v3}/meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    with open(f"{root}/meta/episodes.jsonl", "w") as f:
+        for e in episodes:
+            f.write(
+                json.dumps(
+                    {
+                        "episode_index": e["episode_index"],
+                        "tasks": e["tasks"],
+                        "length": e["length"],
+                    }
+                )
+                + "\n"
+            )
+    with open(f"{root}/meta/tasks.jsonl", "w") as f:
+        for i, task in enumerate(TASKS):
+            f.write(json.dumps({"task_index": i, "task": task}) + "\n")
+    first = 0
+    for e in episodes:
+        index, length = e["episode_index"], e["length"]
+        pq.write_table(
+            data.slice(first, length), f"{root}/data/chunk-000/episode_{index:06d}.parquet"
+        )
+        for camera, key in enumerate(cameras):
+            path = f"{root}/videos/chunk-000/{key}/episode_{index:06d}.mp4"
+            _encode_range(path, first, length, camera)
+        first += length
+    return root
+
+
+def _encode_range(path: str, first: int, length: int, camera: int) -> None:
+    """An MP4 of the dataset's frames ``first .. first + length - 1``, starting at time 0."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with av.open(path, "w") as out:
+        stream = out.add_stream("libx264", rate=FPS)
+        (stream.width, stream.height), stream.pix_fmt = (WIDTH, HEIGHT), "yuv420p"
+        for k in range(length):
+            image = np.full((HEIGHT, WIDTH, 3), pixel(first + k, camera), np.uint8)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = k, Fraction(1, FPS)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))

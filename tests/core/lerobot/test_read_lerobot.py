@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import io
+
+import av
 import pytest
 
 import refiner_core as mdr
-from tests.core.lerobot.layout import FPS, TASKS, pixel, write_dataset
+from tests.core.lerobot.layout import FPS, TASKS, pixel, write_dataset, write_dataset_v21
 
 CAM = "observation.images.front"
+
+
+def av_frames(data: bytes) -> list:
+    with av.open(io.BytesIO(data)) as container:
+        return list(container.decode(container.streams.video[0]))
 
 
 def _rows(pipeline: mdr.Pipeline) -> list[dict]:
@@ -116,3 +124,19 @@ def test_fps_is_the_clip_length_of_a_frame(dataset):
     assert all(
         r[CAM]["to_timestamp"] - r[CAM]["from_timestamp"] == pytest.approx(1 / FPS) for r in rows
     )
+
+
+def test_v21_datasets_read_with_one_video_per_episode(tmp_path):
+    root = write_dataset_v21(str(tmp_path / "ds21"), [10, 6, 8], cameras=(CAM,))
+    frames = _rows(mdr.read_lerobot(root, episodes=[1]))
+    assert [r["index"] for r in frames] == list(range(10, 16))
+    assert frames[2]["task"] == TASKS[1]
+    clip = frames[2][CAM]
+    assert clip["path"] == f"{root}/videos/chunk-000/{CAM}/episode_000001.mp4"
+    assert (clip["from_timestamp"], clip["to_timestamp"]) == pytest.approx((0.2, 0.3))
+    [(_, frame)] = list(mdr.read_frames(clip))
+    assert abs(int(frame[0, 0, 0]) - pixel(12, 0)) <= 3
+    episodes = _rows(mdr.read_lerobot(root, rows="episodes"))
+    assert [e["length"] for e in episodes] == [10, 6, 8]
+    assert [e[CAM]["to_timestamp"] for e in episodes] == pytest.approx([1.0, 0.6, 0.8])
+    assert len(av_frames(mdr.read_clip(episodes[2][CAM]))) == 8
