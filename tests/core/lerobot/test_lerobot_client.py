@@ -16,6 +16,7 @@ import av
 import pytest
 
 import refiner_core as mdr
+from tests.core.lerobot.reading import rows_of
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).with_name("lerobot_client_script.py")
@@ -57,19 +58,10 @@ def recorded(lerobot_python, tmp_path_factory) -> tuple[str, list[dict]]:
     return root, json.loads(done.stdout)
 
 
-def _rows(pipeline: mdr.Pipeline) -> list[dict]:
-    return [
-        row
-        for shard in pipeline.plan()
-        for block in pipeline.source.read(shard, batch_rows=1000)
-        for row in block.to_pylist()
-    ]
-
-
 @pytest.mark.timeout(3600)
 def test_frames_match_what_lerobot_reads(recorded):
     root, expected = recorded
-    rows = _rows(mdr.read_lerobot(root))
+    rows = rows_of(mdr.read_lerobot(root))
     assert len(rows) == len(expected) == 18
     for row, want in zip(rows, expected, strict=True):
         for key in ("index", "episode_index", "frame_index", "task"):
@@ -84,7 +76,7 @@ def test_frames_match_what_lerobot_reads(recorded):
 @pytest.mark.timeout(3600)
 def test_episode_clips_remux_to_lerobots_frames(recorded):
     root, expected = recorded
-    episodes = _rows(mdr.read_lerobot(root, rows="episodes"))
+    episodes = rows_of(mdr.read_lerobot(root, rows="episodes"))
     assert [(e["episode_index"], e["length"], e["tasks"]) for e in episodes] == [
         (0, 5, ["pick"]),
         (1, 7, ["place"]),

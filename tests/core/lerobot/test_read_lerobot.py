@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import io
-
-import av
 import pytest
 
 import refiner_core as mdr
 from tests.core.lerobot.layout import FPS, TASKS, pixel, write_dataset, write_dataset_v21
+from tests.core.lerobot.reading import av_frames, rows_of
 
 CAM = "observation.images.front"
-
-
-def av_frames(data: bytes) -> list:
-    with av.open(io.BytesIO(data)) as container:
-        return list(container.decode(container.streams.video[0]))
-
-
-def _rows(pipeline: mdr.Pipeline) -> list[dict]:
-    rows = []
-    for shard in pipeline.plan():
-        for block in pipeline.source.read(shard, batch_rows=1000):
-            rows.extend(block.to_pylist())
-    return rows
 
 
 @pytest.fixture
@@ -34,7 +19,7 @@ def dataset(tmp_path) -> str:
 
 
 def test_frames_rows_carry_data_task_and_a_clip_of_each_frame(dataset):
-    rows = _rows(mdr.read_lerobot(dataset))
+    rows = rows_of(mdr.read_lerobot(dataset))
     assert [r["index"] for r in rows] == list(range(24))
     second = rows[12]  # episode 1, frame 2
     assert second["episode_index"] == 1 and second["frame_index"] == 2
@@ -57,7 +42,7 @@ def test_clip_columns_are_marked_video_clips(dataset):
 
 
 def test_episode_rows_have_length_tasks_and_one_clip_per_camera(dataset):
-    rows = _rows(mdr.read_lerobot(dataset, rows="episodes"))
+    rows = rows_of(mdr.read_lerobot(dataset, rows="episodes"))
     assert [(r["episode_index"], r["length"], r["tasks"]) for r in rows] == [
         (0, 10, [TASKS[0]]),
         (1, 6, [TASKS[1]]),
@@ -72,7 +57,7 @@ def test_episode_rows_have_length_tasks_and_one_clip_per_camera(dataset):
 
 
 def test_episodes_filter_and_video_keys(dataset):
-    rows = _rows(mdr.read_lerobot(dataset, episodes=[2], video_keys=[CAM]))
+    rows = rows_of(mdr.read_lerobot(dataset, episodes=[2], video_keys=[CAM]))
     assert {r["episode_index"] for r in rows} == {2}
     assert len(rows) == 8 and "observation.images.wrist" not in rows[0]
 
@@ -83,7 +68,7 @@ def test_episodes_filter_reads_only_the_row_groups_of_those_episodes(tmp_path):
     with open(data, "r+b") as f:  # spoil episode 0's row group: reading it would fail
         f.seek(4)
         f.write(b"\0" * 200)
-    assert len(_rows(mdr.read_lerobot(root, episodes=[2]))) == 10
+    assert len(rows_of(mdr.read_lerobot(root, episodes=[2]))) == 10
 
 
 def test_shards_hold_whole_episodes(dataset):
@@ -106,7 +91,7 @@ def test_not_a_v3_dataset_is_refused_with_the_reason(tmp_path):
 def test_frames_write_to_parquet_keeping_clip_references(dataset, tmp_path):
     out = str(tmp_path / "out")
     mdr.read_lerobot(dataset, episodes=[1]).write_parquet(out).launch_local(num_workers=1)
-    back = _rows(mdr.read_parquet(out))
+    back = rows_of(mdr.read_parquet(out))
     assert len(back) == 6 and back[0][CAM]["from_timestamp"] == pytest.approx(1.0)
 
 
@@ -120,7 +105,7 @@ def test_asset_writers_refuse_clip_columns_naming_the_column(dataset, tmp_path, 
 
 
 def test_fps_is_the_clip_length_of_a_frame(dataset):
-    rows = _rows(mdr.read_lerobot(dataset, episodes=[0]))
+    rows = rows_of(mdr.read_lerobot(dataset, episodes=[0]))
     assert all(
         r[CAM]["to_timestamp"] - r[CAM]["from_timestamp"] == pytest.approx(1 / FPS) for r in rows
     )
@@ -128,7 +113,7 @@ def test_fps_is_the_clip_length_of_a_frame(dataset):
 
 def test_v21_datasets_read_with_one_video_per_episode(tmp_path):
     root = write_dataset_v21(str(tmp_path / "ds21"), [10, 6, 8], cameras=(CAM,))
-    frames = _rows(mdr.read_lerobot(root, episodes=[1]))
+    frames = rows_of(mdr.read_lerobot(root, episodes=[1]))
     assert [r["index"] for r in frames] == list(range(10, 16))
     assert frames[2]["task"] == TASKS[1]
     clip = frames[2][CAM]
@@ -136,7 +121,7 @@ def test_v21_datasets_read_with_one_video_per_episode(tmp_path):
     assert (clip["from_timestamp"], clip["to_timestamp"]) == pytest.approx((0.2, 0.3))
     [(_, frame)] = list(mdr.read_frames(clip))
     assert abs(int(frame[0, 0, 0]) - pixel(12, 0)) <= 3
-    episodes = _rows(mdr.read_lerobot(root, rows="episodes"))
+    episodes = rows_of(mdr.read_lerobot(root, rows="episodes"))
     assert [e["length"] for e in episodes] == [10, 6, 8]
     assert [e[CAM]["to_timestamp"] for e in episodes] == pytest.approx([1.0, 0.6, 0.8])
     assert len(av_frames(mdr.read_clip(episodes[2][CAM]))) == 8
