@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..datatype import video_clip
@@ -97,10 +98,12 @@ class LeRobotSource:
             for start in range(0, table.num_rows, batch_rows):
                 yield table.slice(start, batch_rows)
             return
-        for episode in episodes:
-            table = _frame_table(episode, fps, tasks, self.storage_options)
-            for start in range(0, table.num_rows, batch_rows):
-                yield table.slice(start, batch_rows)
+        for group in _by_data_file(episodes):
+            frames = _read_frames_of(group, self.storage_options)
+            for episode in group:
+                table = _frame_table(episode, frames, fps, tasks)
+                for start in range(0, table.num_rows, batch_rows):
+                    yield table.slice(start, batch_rows)
 
 
 def _clip_column(name: str, paths: list[str], starts: list[float], stops: list[float]):
@@ -143,14 +146,36 @@ def _episode_table(episodes: tuple[Episode, ...]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _frame_table(
-    episode: Episode, fps: float, tasks: dict[int, str], storage_options: dict[str, Any] | None
-) -> pa.Table:
-    """The episode's rows of its data file (only the row groups that can hold them), plus
-    ``task`` and one clip column per camera."""
-    fs, path = resolve(episode.data_url, storage_options)
-    with fs.open(path, "rb") as f:
-        table = pq.read_table(f, filters=[("episode_index", "=", episode.index)])
+def _by_data_file(episodes: tuple[Episode, ...]) -> list[list[Episode]]:
+    """Runs of consecutive episodes that share a data file."""
+    groups: list[list[Episode]] = []
+    for episode in episodes:
+        if groups and groups[-1][0].data_url == episode.data_url:
+            groups[-1].append(episode)
+        else:
+            groups.append([episode])
+    return groups
+
+
+def _read_frames_of(group: list[Episode], storage_options: dict[str, Any] | None) -> pa.Table:
+    """The rows of ``group``'s episodes in their data file, reading only the row groups
+    whose statistics say they can hold them."""
+    url = group[0].data_url
+    fs, path = resolve(url, storage_options)
+    wanted = [e.index for e in group]
+    try:
+        with fs.open(path, "rb") as f:
+            return pq.read_table(f, filters=[("episode_index", "in", wanted)])
+    except FileNotFoundError as exc:
+        raise ValueError(
+            f"read_lerobot: {url}, the data file of episodes {wanted}, does not exist; the "
+            "dataset is incomplete (or pass episodes= without them)"
+        ) from exc
+
+
+def _frame_table(episode: Episode, frames: pa.Table, fps: float, tasks: dict[int, str]) -> pa.Table:
+    """The episode's rows of ``frames`` plus ``task`` and one clip column per camera."""
+    table = frames.filter(pc.equal(frames.column("episode_index"), episode.index))
     if table.num_rows != episode.length:
         raise ValueError(
             f"read_lerobot {episode.data_url}: episode {episode.index} has {table.num_rows} frame "

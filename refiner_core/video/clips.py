@@ -15,7 +15,7 @@ class ClipNotOnKeyframe(ValueError):
 
 
 def read_clip(
-    ref: Any, storage_options: dict[str, Any] | None = None, *, reencode: bool = False
+    ref: Any, storage_options: dict[str, Any] | None = None, reencode: bool = False
 ) -> bytes:
     """The bytes of an MP4 holding exactly the frames of ``ref``'s time range, starting at 0.
 

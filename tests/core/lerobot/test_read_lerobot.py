@@ -125,3 +125,21 @@ def test_v21_datasets_read_with_one_video_per_episode(tmp_path):
     assert [e["length"] for e in episodes] == [10, 6, 8]
     assert [e[CAM]["to_timestamp"] for e in episodes] == pytest.approx([1.0, 0.6, 0.8])
     assert len(av_frames(mdr.read_clip(episodes[2][CAM]))) == 8
+
+
+def test_a_missing_data_file_is_named(dataset):
+    import os
+
+    os.remove(f"{dataset}/data/chunk-000/file-000.parquet")
+    with pytest.raises(
+        ValueError, match=r"file-000.parquet, the data file of episodes \[0, 1, 2\], does not exist"
+    ):
+        rows_of(mdr.read_lerobot(dataset))
+
+
+def test_frame_rows_of_a_shard_come_episode_by_episode(dataset):
+    pipeline = mdr.read_lerobot(dataset, num_shards=1)
+    [shard] = pipeline.plan()
+    blocks = list(pipeline.source.read(shard, batch_rows=4))
+    assert [len(b) for b in blocks] == [4, 4, 2, 4, 2, 4, 4]
+    assert all(len(set(b.column("episode_index").to_pylist())) == 1 for b in blocks)
