@@ -21,6 +21,17 @@ if [[ -f "$marker" && -x "$venv/bin/python" ]]; then
     exit 0
 fi
 
+# One build at a time (e.g. parallel test workers): the others wait, then find the marker.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+if command -v flock >/dev/null 2>&1; then
+    flock 9
+fi
+if [[ -f "$marker" && -x "$venv/bin/python" ]]; then
+    echo "$venv/bin/python"
+    exit 0
+fi
+
 python="${REFINER_BOOTSTRAP_PYTHON:-$(command -v python3.11 || true)}"
 if [[ -z "$python" ]]; then
     say "needs Python 3.11: install it (apt-get install python3.11 python3.11-venv)"
@@ -30,7 +41,6 @@ fi
 
 say "creating $venv with $python (lerobot==$LEROBOT_VERSION and torch: several GB, minutes)"
 rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
 if ! "$python" -m venv "$venv"; then
     rm -rf "$venv"
     say "$python cannot create a virtualenv: install python3.11-venv"
