@@ -143,3 +143,20 @@ def test_frame_rows_of_a_shard_come_episode_by_episode(dataset):
     blocks = list(pipeline.source.read(shard, batch_rows=4))
     assert [len(b) for b in blocks] == [4, 4, 2, 4, 2, 4, 4]
     assert all(len(set(b.column("episode_index").to_pylist())) == 1 for b in blocks)
+
+
+def test_other_versions_and_bad_arguments_are_refused_naming_them(dataset):
+    import json
+
+    with pytest.raises(ValueError, match=r"rows='steps' is not one of 'frames', 'episodes'"):
+        mdr.read_lerobot(dataset, rows="steps")
+    with pytest.raises(TypeError, match=r"episodes must be a list of episode indexes, got '0'"):
+        mdr.read_lerobot(dataset, episodes="0")
+    info_path = f"{dataset}/meta/info.json"
+    with open(info_path) as f:
+        info = json.load(f)
+    info["codebase_version"] = "v2.0"
+    with open(info_path, "w") as f:
+        json.dump(info, f)
+    with pytest.raises(ValueError, match=r"codebase_version='v2.0'; read_lerobot reads v3.0, v2.1"):
+        mdr.read_lerobot(dataset).plan()
