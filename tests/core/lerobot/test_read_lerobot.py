@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import refiner_core as mdr
@@ -128,8 +130,6 @@ def test_v21_datasets_read_with_one_video_per_episode(tmp_path):
 
 
 def test_a_missing_data_file_is_named(dataset):
-    import os
-
     os.remove(f"{dataset}/data/chunk-000/file-000.parquet")
     with pytest.raises(
         ValueError, match=r"file-000.parquet, the data file of episodes \[0, 1, 2\], does not exist"
@@ -160,3 +160,17 @@ def test_other_versions_and_bad_arguments_are_refused_naming_them(dataset):
         json.dump(info, f)
     with pytest.raises(ValueError, match=r"codebase_version='v2.0'; read_lerobot reads v3.0, v2.1"):
         mdr.read_lerobot(dataset).plan()
+
+
+def test_refiner_verify_checks_that_clip_videos_exist(dataset, tmp_path):
+    from refiner_core.cli.storage import open_output
+    from refiner_core.cli.verify import verify_output
+
+    out = str(tmp_path / "out")
+    mdr.read_lerobot(dataset, episodes=[0], video_keys=[CAM]).write_parquet(out).launch_local()
+    report = verify_output(open_output(out))
+    assert report.ok and (report.rows, report.paths) == (10, 10)
+    video = f"{dataset}/videos/{CAM}/chunk-000/file-000.mp4"
+    os.remove(video)
+    report = verify_output(open_output(out))
+    assert not report.ok and f"column {CAM}: {video}: the file does not exist" in report.failures[0]
