@@ -28,6 +28,8 @@ from .sinks.assets import BlobAssetConfig, FileAssetConfig
 from .sources import MAX_SHARDS, ItemsSource, JsonlSource, ParquetSource, Shard
 from .sources.base import DEFAULT_TARGET_SHARD_BYTES
 from .sources.committed import UncommittedOutput
+from .sources.lerobot import LeRobotSource, RowsMode
+from .video import ClipNotOnKeyframe, read_clip, read_frames
 
 # Submodules that are public as a whole, besides the names in ``__all__``: integrations
 # such as refiner_dagster import only these and ``__all__``.
@@ -136,6 +138,36 @@ def read_lance(
     )
 
 
+def read_lerobot(
+    root: str,
+    *,
+    episodes: list[int] | None = None,
+    rows: RowsMode = "frames",
+    video_keys: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    num_shards: int | None = None,
+) -> Pipeline:
+    """Read a LeRobot v3.0 dataset (local folder or any fsspec URL).
+
+    ``rows="frames"`` gives one row per frame (the columns of ``data/``, plus ``task``),
+    each camera a ``video_clip`` of that frame's instant; ``rows="episodes"`` one row per
+    episode with ``episode_index``, ``length``, ``tasks`` and a ``video_clip`` per camera.
+    Shards are runs of whole episodes. ``episodes=`` reads only those episodes' data,
+    ``video_keys=`` only those cameras. Read clips with :func:`read_clip` or
+    :func:`read_frames`.
+    """
+    return Pipeline(
+        LeRobotSource(
+            root,
+            episodes=episodes,
+            rows=rows,
+            video_keys=video_keys,
+            storage_options=storage_options,
+            num_shards=num_shards,
+        )
+    )
+
+
 def __getattr__(name: str) -> Any:
     # ``mdr.inference`` (httpx and pydantic: about half of this package's import
     # time) is imported on first use, so pipelines without model calls never pay for it.
@@ -157,6 +189,7 @@ __all__ = [
     "MAX_SHARDS",
     "BlobAssetConfig",
     "ChecksumMismatchError",
+    "ClipNotOnKeyframe",
     "DataFile",
     "DataFolder",
     "FileAssetConfig",
@@ -178,7 +211,10 @@ __all__ = [
     "iter_blobs",
     "read_blob",
     "read_blobs",
+    "read_clip",
+    "read_frames",
     "read_jsonl",
     "read_lance",
+    "read_lerobot",
     "read_parquet",
 ]

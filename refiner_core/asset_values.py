@@ -33,6 +33,7 @@ _WANTED = {
     "path": "a path string",
     "bytes": "inline bytes",
     "blob": "a {path, offset, size} reference",
+    "clip": "a {path, from_timestamp, to_timestamp} clip",
 }
 
 

@@ -2,7 +2,7 @@
 
 An asset type is an Arrow type together with field metadata that marks the
 column as media (``refiner.asset.kind``: file/image/video/audio, and
-``refiner.asset.form``: path/bytes/blob). The mark is plain Arrow field metadata,
+``refiner.asset.form``: path/bytes/blob/clip). The mark is plain Arrow field metadata,
 so it survives a Parquet round trip. A list of asset values is an asset column too.
 
 Tables written by other tools that mark media columns with an ``asset_type`` field
@@ -50,7 +50,7 @@ FORM_KEY = b"refiner.asset.form"
 # The asset mark of tables written by other tools: only the kind, no form.
 FOREIGN_KIND_KEY = b"asset_type"
 ASSET_KINDS = ("file", "image", "video", "audio")
-ASSET_FORMS = ("path", "bytes", "blob")
+ASSET_FORMS = ("path", "bytes", "blob", "clip")
 
 BLOB_REFERENCE_TYPE = pa.struct(
     [pa.field("path", pa.string()), pa.field("offset", pa.uint64()), pa.field("size", pa.uint64())]
@@ -58,6 +58,20 @@ BLOB_REFERENCE_TYPE = pa.struct(
 # The reference of ``BlobAssetConfig(checksum=...)``: ``checksum`` is "<algorithm>:<hex>".
 CHECKSUMMED_BLOB_REFERENCE_TYPE = pa.struct(
     [*BLOB_REFERENCE_TYPE, pa.field("checksum", pa.string())]
+)
+
+# A time range of a video file (seconds from the file's start). ``offset``/``size`` give the
+# byte range of the clip's packets where it is known, ``checksum`` is "<algorithm>:<hex>";
+# all three may be null.
+VIDEO_CLIP_TYPE = pa.struct(
+    [
+        pa.field("path", pa.string()),
+        pa.field("from_timestamp", pa.float64()),
+        pa.field("to_timestamp", pa.float64()),
+        pa.field("offset", pa.uint64()),
+        pa.field("size", pa.uint64()),
+        pa.field("checksum", pa.string()),
+    ]
 )
 
 
@@ -135,6 +149,20 @@ def blob_reference(kind: str = "file", *, checksum: bool = False) -> DType:
     )
 
 
+def video_clip() -> DType:
+    """A ``{path, from_timestamp, to_timestamp, offset, size, checksum}`` struct column: a
+    time range (seconds, ``[from, to)``) of a video file, read with ``mdr.read_clip`` or
+    ``mdr.read_frames``. ``offset``, ``size`` and ``checksum`` may be null.
+
+    Example:
+        >>> import refiner_core as mdr
+        >>> field = mdr.datatype.to_field("cam", mdr.datatype.video_clip())
+        >>> mdr.datatype.asset_of(field)
+        AssetInfo(kind='video', form='clip', is_list=False)
+    """
+    return _asset(VIDEO_CLIP_TYPE, "video", "clip")
+
+
 def list_(value_type: DType | pa.DataType) -> DType | pa.DataType:
     """A list column; a list of an asset type is an asset column too."""
     if isinstance(value_type, DType):
@@ -194,6 +222,10 @@ def _foreign_asset(field_: pa.Field, kind: bytes, is_list: bool) -> AssetInfo | 
         form = "path"
     elif pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type):
         form = "bytes"
+    elif pa.types.is_struct(value_type) and {"path", "from_timestamp", "to_timestamp"} <= {
+        f.name for f in value_type
+    }:
+        form = "clip"
     elif pa.types.is_struct(value_type) and {"path", "offset"} <= {f.name for f in value_type}:
         form = "blob"
     else:
@@ -210,10 +242,29 @@ def with_asset_form(field_: pa.Field, form: str, *, checksum: bool = False) -> p
         raise ValueError(f"column {field_.name!r} is not an asset column")
     if form not in ASSET_FORMS:
         raise ValueError(f"asset form must be one of {ASSET_FORMS}, got {form!r}")
+    if (info.form == "clip") != (form == "clip"):
+        raise ValueError(clip_conversion_error(field_.name, info.form, form))
     blob = CHECKSUMMED_BLOB_REFERENCE_TYPE if checksum else BLOB_REFERENCE_TYPE
-    scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": blob}[form]
+    scalar = {"path": pa.string(), "bytes": pa.binary(), "blob": blob, "clip": VIDEO_CLIP_TYPE}[
+        form
+    ]
     arrow_type = pa.list_(scalar) if info.is_list else scalar
     metadata = {k: v for k, v in (field_.metadata or {}).items() if k != FOREIGN_KIND_KEY}
     metadata[KIND_KEY] = info.kind.encode()
     metadata[FORM_KEY] = form.encode()
     return pa.field(field_.name, arrow_type, nullable=True, metadata=metadata)
+
+
+def clip_conversion_error(name: str, current: str, wanted: str) -> str:
+    """Why a column cannot move between the clip form and another asset form."""
+    if current == "clip":
+        return (
+            f"column {name!r} holds video clips (mdr.datatype.video_clip()), which asset writers "
+            f"cannot store as {wanted} values yet: write with assets=None to keep the clip "
+            "references, or replace the column by each clip's MP4 bytes (mdr.read_clip) in a "
+            "map step before writing"
+        )
+    return (
+        f"column {name!r} holds {current} values, which cannot become video clips; "
+        "declare mdr.datatype.video_clip() only on {path, from_timestamp, to_timestamp} columns"
+    )

@@ -36,6 +36,8 @@ def asset_dtype(info: dict[str, Any]) -> Any:
     kind = info.get("kind", "file")
     if info.get("form") == "blob":
         dtype = mdr.datatype.blob_reference(kind)
+    elif info.get("form") == "clip":
+        dtype = mdr.datatype.video_clip()
     else:
         dtype = _PATH_DTYPES.get(kind, mdr.datatype.file_path)()
     return mdr.datatype.list_(dtype) if info.get("list") else dtype

@@ -3,6 +3,15 @@
 from .base import MAX_SHARDS, Shard, Source
 from .items import ItemsSource
 from .jsonl import JsonlSource
+from .lerobot import LeRobotSource
 from .parquet import ParquetSource
 
-__all__ = ["MAX_SHARDS", "ItemsSource", "JsonlSource", "ParquetSource", "Shard", "Source"]
+__all__ = [
+    "MAX_SHARDS",
+    "ItemsSource",
+    "JsonlSource",
+    "LeRobotSource",
+    "ParquetSource",
+    "Shard",
+    "Source",
+]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...datatype import with_asset_form
+from ...datatype import clip_conversion_error, with_asset_form
 from ...io.datafile import is_local
 from ...manifests import ASSET_COUNTER_KEYS
 from .checksum_column import checksum_field, checksum_slot
@@ -104,6 +104,9 @@ class AssetWriterBase:
         columns = asset_columns(table.schema)
         if not columns:
             warn_unmarked(table, self.config)
+        for column in columns:  # before any copy: nothing half-written
+            if column.info.form == "clip":
+                raise ValueError(clip_conversion_error(column.name, "clip", self.output_form))
         if not columns or table.num_rows == 0:
             return table
         if self.output_form == "path" and self.config.checksum is not None:

@@ -1,0 +1,54 @@
+"""LeRobot v2.1 metadata: ``meta/episodes.jsonl`` and ``meta/tasks.jsonl``, and one data
+file and one MP4 per episode (``chunks_size`` episodes per chunk), each video starting at 0."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+
+from .lerobot_meta import Episode, EpisodeVideo
+
+
+def _jsonl(fs: Any, path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    with fs.open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield number, json.loads(line)
+
+
+def v21_episodes(
+    fs: Any, base: str, root: str, info: dict[str, Any], keys: tuple[str, ...], fps: float
+) -> Iterator[Episode]:
+    path = posixpath.join(base, "meta", "episodes.jsonl")
+    if not fs.exists(path):
+        raise ValueError(f"read_lerobot {root}: no meta/episodes.jsonl; the dataset is incomplete")
+    chunk_size = int(info.get("chunks_size") or 1000)
+    for number, record in _jsonl(fs, path):
+        try:
+            index, length = int(record["episode_index"]), int(record["length"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"read_lerobot {root}/meta/episodes.jsonl line {number}: {record!r} needs an "
+                "integer episode_index and length"
+            ) from exc
+        names = {"episode_chunk": index // chunk_size, "episode_index": index}
+        videos = tuple(
+            (
+                key,
+                EpisodeVideo(
+                    f"{root}/{info['video_path'].format(video_key=key, **names)}", 0.0, length / fps
+                ),
+            )
+            for key in keys
+        )
+        data = f"{root}/{info['data_path'].format(**names)}"
+        yield Episode(index, length, tuple(record.get("tasks") or ()), data, videos)
+
+
+def v21_tasks(fs: Any, base: str) -> dict[int, str]:
+    path = posixpath.join(base, "meta", "tasks.jsonl")
+    if not fs.exists(path):
+        return {}
+    return {int(r["task_index"]): r["task"] for _, r in _jsonl(fs, path)}
