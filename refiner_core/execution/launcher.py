@@ -462,6 +462,8 @@ def launch(
                 owners[sink.url] = ownership
                 ownership.start_heartbeats()
         _run_stages(sequence, stats, state, name, num_workers, exiting, start_method, owners)
+        for ownership in owners.values():  # a takeover the heartbeat saw fails the launch
+            ownership.check()
     finally:
         _reap(exiting)
         for ownership in owners.values():
