@@ -30,7 +30,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core.manifests import DatasetSummary
+from refiner_core.manifests import DatasetSummary, PersistedManifests
 
 from .checks import (
     DEFAULT_SAMPLE_SIZE,
@@ -114,10 +114,13 @@ def asset_config_from_record(record: dict[str, Any]) -> Any:
     return None
 
 
-def reduce_version(version: DatasetVersion) -> DatasetSummary:
+def reduce_version(
+    version: DatasetVersion, persisted: PersistedManifests | None = None
+) -> DatasetSummary:
     """Run the reducer over ``version``'s persisted manifests; returns the summary it wrote.
 
     Refuses a version with no completed write and one older than the published version.
+    ``persisted`` is the version's manifests when the caller has read them already.
     """
     run_id = version.engine_run_id
     if not run_id:
@@ -128,7 +131,7 @@ def reduce_version(version: DatasetVersion) -> DatasetSummary:
     version.storage.refuse_superseded(version)
     # Finalization reads only the persisted manifests: the writer's pipeline never runs.
     sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-    return sequence.finalize(run_id)
+    return sequence.finalize(run_id, persisted=persisted)
 
 
 def audit_version(

@@ -14,10 +14,11 @@ from ..manifests import (
     MANIFEST_DIR,
     AttemptManifest,
     DatasetSummary,
+    PersistedManifests,
     choose_committed,
     committed_counters,
     parse_attempt_key,
-    read_manifests,
+    read_persisted,
 )
 from .empty_result import write_empty_result
 from .fence import Fence
@@ -90,6 +91,7 @@ class FinalizeStage:
         *,
         lease: Lease | None = None,
         accepted: dict[str, str] | None = None,
+        persisted: PersistedManifests | None = None,
     ) -> DatasetSummary:
         """Finalize ``run_id``'s attempts; returns the summary it wrote.
 
@@ -97,19 +99,26 @@ class FinalizeStage:
         takes the folder's ownership for its own duration (another live run owning
         it is an error). ``accepted`` maps shard ids to the attempt the launcher
         accepted for them: only those are kept, other attempts of the run (say of
-        workers of a launcher that died) are rejected.
+        workers of a launcher that died) are rejected. ``persisted`` is the output's
+        manifest folder when the caller has already read it (each manifest is read once,
+        see :func:`~refiner_core.manifests.read_persisted`).
         """
         if lease is not None or not self.sink.exclusive_owner:
-            return self._finalize(run_id, lease, accepted)
+            return self._finalize(run_id, lease, accepted, persisted)
         with OutputOwnership(self.sink.folder, run_id=run_id) as ownership:
-            return self._finalize(run_id, ownership.lease(), accepted)
+            return self._finalize(run_id, ownership.lease(), accepted, persisted)
 
     def _finalize(
-        self, run_id: str, lease: Lease | None, accepted: dict[str, str] | None
+        self,
+        run_id: str,
+        lease: Lease | None,
+        accepted: dict[str, str] | None,
+        persisted: PersistedManifests | None,
     ) -> DatasetSummary:
         started = time.time()
         folder = self.sink.folder
-        manifests = self.select_manifests(read_manifests(folder), run_id)
+        persisted = persisted if persisted is not None else read_persisted(folder)
+        manifests = self.select_manifests(list(persisted.manifests), run_id)
         committed = choose_committed(_only_accepted(manifests, accepted, folder.url), run_id)
         keep = {m.key for m in committed.values()}
         fence = Fence(folder, lease)
@@ -152,7 +161,7 @@ class FinalizeStage:
         fence.check()
         files_removed += self._remove_orphans(keep, rejected, run_id, fence)
         fence.check()
-        files_removed += self._remove_manifest_temps()
+        files_removed += self._remove_manifest_temps(persisted.listing.temporaries)
         summary = dataclasses.replace(
             summary,
             rejected_attempts_removed=len(rejected),
@@ -162,16 +171,11 @@ class FinalizeStage:
         fence.write_summary(summary)
         return summary
 
-    def _remove_manifest_temps(self) -> int:
+    def _remove_manifest_temps(self, temporaries: tuple[str, ...]) -> int:
         """Delete manifests an attempt died while writing (their temporary files)."""
-        folder = self.sink.folder
-        removed = 0
-        for name in folder.listdir(MANIFEST_DIR):
-            completed = completed_name(name)
-            if completed and parse_attempt_key(completed.removesuffix(".json")) is not None:
-                folder.rm(f"{MANIFEST_DIR}/{name}")
-                removed += 1
-        return removed
+        for name in temporaries:
+            self.sink.folder.rm(f"{MANIFEST_DIR}/{name}")
+        return len(temporaries)
 
     def select_manifests(
         self, manifests: list[AttemptManifest], run_id: str
