@@ -174,7 +174,13 @@ def error_failures(results: list[dg.AssetCheckResult]) -> list[str]:
 def publish_version(
     version: DatasetVersion, summary: DatasetSummary, *, is_live: RunLiveness | None = None
 ) -> DatasetVersion:
-    """Move the pointer to ``version``, then delete older versions no live run is writing."""
+    """Move the pointer to ``version``, then delete older versions no live run is writing.
+
+    The pointer moves only while the version's summary is still the one this reduction
+    wrote; if another run finalized the folder meanwhile, :class:`mdr.OwnershipLost`
+    names it and readers keep the version they had.
+    """
+    _check_still_ours(version, summary)
     return version.storage.publish(
         version,
         is_live=is_live,
@@ -182,6 +188,17 @@ def publish_version(
         files_written=summary.counters.get("files_written", 0),
         first_file=summary.files[0] if summary.files else None,
     )
+
+
+def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:
+    current = DatasetSummary.read(version.output_folder())
+    if current.run_id != summary.run_id:
+        raise mdr.OwnershipLost(
+            f"{version.describe()}: run {current.run_id} took the output folder over and "
+            f"finalized it after run {summary.run_id} did; the pointer was not moved. "
+            "Materialize the asset again once that run is done",
+            winner=current.run_id,
+        )
 
 
 def finalize_version(

@@ -3,6 +3,8 @@ finalization every one of them once, counted at the moto S3 server through a pro
 
 from __future__ import annotations
 
+import dataclasses
+
 import dagster as dg
 
 from tests.dagster import fanout_defs as defs
@@ -48,3 +50,33 @@ def test_write_steps_read_only_their_shards_and_finalization_reads_each_once(
     assert len(gets) == shards and len(set(gets)) == shards
     # one listing per write step, one for the finalize step
     assert len(lists) == 3 + 1
+
+
+def test_the_pointer_does_not_move_when_another_run_finalized_the_version_meanwhile(
+    dagster_instance,
+    fanout_env,  # noqa: F811
+    monkeypatch,
+):
+    from refiner_dagster import fanout_steps
+
+    reduce = fanout_steps.reduce_version
+
+    def reduced_then_taken_over(version, persisted=None):
+        summary = reduce(version, persisted)
+        taken = dataclasses.replace(summary, run_id="intruder0001")
+        taken.write(version.output_folder())  # another run's finalization, meanwhile
+        return summary
+
+    monkeypatch.setattr(fanout_steps, "reduce_version", reduced_then_taken_over)
+    result = dg.materialize(
+        [defs.frames_once],
+        instance=dagster_instance,
+        resources={"refiner": defs.refiner_resource()},
+        raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = str(failure.event_specific_data.error)
+    assert "OwnershipLost" in message and "run intruder0001 took the output folder" in message
+    storage = defs.refiner_resource().storage()
+    assert storage.current(["frames_once"], None) is None  # nothing published
