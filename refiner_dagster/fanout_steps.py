@@ -198,7 +198,8 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
         spec.asset_key, spec.definition_metadata
     )
     stage = version.writer(spec.pipeline(context), assets).write_stage
-    persisted = manifests.read_manifests(version.output_folder())
+    # only this task's shards' manifests: one listing, then a read per manifest
+    persisted = manifests.read_manifests(version.output_folder(), shard_ids=task.shard_ids)
     committed = manifests.choose_committed(persisted, plan.run_id)
     todo = [s for s in task.shards if s.id not in committed]
     mapping_key = context.get_mapping_key()
@@ -234,7 +235,9 @@ def finalize_step(
     """
     io_manager = spec.refiner_io_manager(context)
     version = spec.version(context, plan)
-    counters = committed_counters(version, plan.run_id)
+    # read once: counting, reducing and the summary share these manifests
+    persisted = manifests.read_persisted(version.output_folder())
+    counters = committed_counters(version, plan.run_id, persisted)
     committed = counters["shards"]
     if committed != plan.shards:
         raise RuntimeError(
@@ -249,7 +252,7 @@ def finalize_step(
         started=time.monotonic() - (time.time() - plan.started_at),
         counters=counters,
     )
-    summary = reduce_version(version)
+    summary = reduce_version(version, persisted)
     if spec.audit is not None:
         results = audit_version(version, summary, spec.audit)
         yield from results

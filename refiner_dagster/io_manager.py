@@ -62,10 +62,16 @@ from .strict_fields import StrictFields
 from .tables import open_version, written_asset_columns
 
 
-def committed_counters(version: DatasetVersion, engine_run_id: str) -> dict[str, int]:
-    """Counters summed over the committed attempt of each shard, from persisted manifests."""
-    persisted = manifests.read_manifests(version.output_folder())
-    committed = manifests.choose_committed(persisted, engine_run_id)
+def committed_counters(
+    version: DatasetVersion,
+    engine_run_id: str,
+    persisted: manifests.PersistedManifests | None = None,
+) -> dict[str, int]:
+    """Counters summed over the committed attempt of each shard, from persisted manifests
+    (``persisted``, when the caller has read them already)."""
+    if persisted is None:
+        persisted = manifests.read_persisted(version.output_folder())
+    committed = manifests.choose_committed(persisted.manifests, engine_run_id)
     totals = manifests.committed_counters(committed.values())
     totals["shards"] = len(committed)
     return totals

@@ -30,7 +30,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core.manifests import DatasetSummary
+from refiner_core.manifests import DatasetSummary, PersistedManifests
 
 from .checks import (
     DEFAULT_SAMPLE_SIZE,
@@ -114,10 +114,13 @@ def asset_config_from_record(record: dict[str, Any]) -> Any:
     return None
 
 
-def reduce_version(version: DatasetVersion) -> DatasetSummary:
+def reduce_version(
+    version: DatasetVersion, persisted: PersistedManifests | None = None
+) -> DatasetSummary:
     """Run the reducer over ``version``'s persisted manifests; returns the summary it wrote.
 
     Refuses a version with no completed write and one older than the published version.
+    ``persisted`` is the version's manifests when the caller has read them already.
     """
     run_id = version.engine_run_id
     if not run_id:
@@ -128,7 +131,7 @@ def reduce_version(version: DatasetVersion) -> DatasetSummary:
     version.storage.refuse_superseded(version)
     # Finalization reads only the persisted manifests: the writer's pipeline never runs.
     sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-    return sequence.finalize(run_id)
+    return sequence.finalize(run_id, persisted=persisted)
 
 
 def audit_version(
@@ -171,7 +174,13 @@ def error_failures(results: list[dg.AssetCheckResult]) -> list[str]:
 def publish_version(
     version: DatasetVersion, summary: DatasetSummary, *, is_live: RunLiveness | None = None
 ) -> DatasetVersion:
-    """Move the pointer to ``version``, then delete older versions no live run is writing."""
+    """Move the pointer to ``version``, then delete older versions no live run is writing.
+
+    The pointer moves only while the version's summary is still the one this reduction
+    wrote; if another run finalized the folder meanwhile, :class:`mdr.OwnershipLost`
+    names it and readers keep the version they had.
+    """
+    _check_still_ours(version, summary)
     return version.storage.publish(
         version,
         is_live=is_live,
@@ -179,6 +188,17 @@ def publish_version(
         files_written=summary.counters.get("files_written", 0),
         first_file=summary.files[0] if summary.files else None,
     )
+
+
+def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:
+    current = DatasetSummary.read(version.output_folder())
+    if current.run_id != summary.run_id:
+        raise mdr.OwnershipLost(
+            f"{version.describe()}: run {current.run_id} took the output folder over and "
+            f"finalized it after run {summary.run_id} did; the pointer was not moved. "
+            "Materialize the asset again once that run is done",
+            winner=current.run_id,
+        )
 
 
 def finalize_version(

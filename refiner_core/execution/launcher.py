@@ -494,6 +494,8 @@ def launch(
             owners,
             progress_timeout_s,
         )
+        for ownership in owners.values():  # a takeover the heartbeat saw fails the launch
+            ownership.check()
     finally:
         _reap(exiting)
         for ownership in owners.values():

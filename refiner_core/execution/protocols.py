@@ -66,11 +66,13 @@ class ReduceStage(Protocol):
         *,
         lease: Any = None,
         accepted: dict[str, str] | None = None,
+        persisted: Any = None,
     ) -> DatasetSummary:
         """Reduce the run's attempts (keep one per shard, commit, clean up) and summarize.
 
         ``lease`` is the launch's ownership of the output folder (without one the stage
-        takes it for its own duration); ``accepted`` names the attempt to keep per shard."""
+        takes it for its own duration); ``accepted`` names the attempt to keep per shard;
+        ``persisted`` is the output's manifest folder already read, if the caller has it."""
 
 
 Stage = ShardStage | ReduceStage

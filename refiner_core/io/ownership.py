@@ -10,9 +10,12 @@ exactly one wins. The owner rewrites its record every ``stale_after_s / 4`` seco
 A folder whose owner is live cannot be taken: :class:`OutputFolderBusy` names the
 folder and the owner. An owner is no longer live when it released the folder, when
 it ran on this machine and its process has exited, or when its heartbeat is older
-than ``stale_after_s`` (default :data:`DEFAULT_STALE_AFTER_S`, 120 s). Anyone that
-held an older generation has lost the folder and must not publish more files
-(:meth:`Lease.check` raises :class:`OwnershipLost`).
+than ``stale_after_s`` (default :data:`DEFAULT_STALE_AFTER_S`, 120 s). A heartbeat's
+age is judged by the store's clock (the record's mtime or ``LastModified`` against a
+probe written just before), never by the writers' wall clocks, so a host whose clock
+runs ahead cannot take a live folder. Anyone that held an older generation has lost
+the folder and must not publish, delete or overwrite anything (:meth:`Lease.check`
+raises :class:`OwnershipLost` naming the run that took it).
 
 Example:
     >>> import tempfile
@@ -41,6 +44,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Any
 
 import psutil
@@ -78,7 +82,14 @@ class OutputFolderBusy(RefinerError):
 
 
 class OwnershipLost(RefinerError):
-    """This run no longer owns the output folder (another run took it over)."""
+    """This run no longer owns the output folder (another run took it over).
+
+    ``winner`` is the run id of the folder's owner now (``None`` when it is unknown).
+    """
+
+    def __init__(self, message: str, *, winner: str | None = None) -> None:
+        super().__init__(message)
+        self.winner = winner
 
 
 def machine_id() -> str:
@@ -147,23 +158,25 @@ class OwnerRecord:
             self.pid_started_at is not None and abs(started - self.pid_started_at) > 1.0
         )
 
-    def why_not_live(self, now: float, stale_after_s: float) -> str | None:
-        """``None`` while the owner is live, else why not (released, exited, ended, stale)."""
+    def why_not_live(self, age: float, stale_after_s: float) -> str | None:
+        """``None`` while the owner is live, else why not (released, exited, ended, stale).
+
+        ``age`` is how long ago, by the store's clock, the record was last written.
+        """
         if self.released_at is not None:
             return "released"
         if self.ended_in_this_process():
             return f"its launch {self.launch_id} in this process has ended"
         if self.process_gone():
             return f"its process {self.pid} on {self.host} has exited"
-        age = now - self.heartbeat_at
         if age > stale_after_s:
             return f"no heartbeat for {age:.0f} s (more than {stale_after_s:g} s)"
         return None
 
-    def describe(self, now: float) -> str:
+    def describe(self, age: float) -> str:
         return (
             f"run {self.run_id} (launch {self.launch_id}, pid {self.pid} on {self.host}, "
-            f"last heartbeat {max(0.0, now - self.heartbeat_at):.1f} s ago)"
+            f"last heartbeat {max(0.0, age):.1f} s ago)"
         )
 
 
@@ -178,6 +191,54 @@ def _generations(folder: DataFolder) -> list[int]:
         if name.endswith(_RECORD_SUFFIX) and stem.isdigit():
             out.append(int(stem))
     return sorted(out)
+
+
+def _modified_at(info: dict[str, Any]) -> float | None:
+    """When the store last wrote an entry of a detailed listing (local ``mtime``, S3
+    ``LastModified``), as a POSIX time of the store's clock."""
+    for key in ("LastModified", "mtime", "last_modified", "updated"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def record_ages(folder: DataFolder, probe_name: str) -> dict[int, float]:
+    """How long ago, by the store's clock, each owner record was last written.
+
+    Writes a probe object next to the records and lists them in one go: the probe's
+    modification time is the store's "now", so neither this host's clock nor the
+    writers' clocks take part. Resolution is the store's (one second on S3).
+    """
+    probe = f"{OWNERS_DIR}/{probe_name}"
+    folder.write_bytes(probe, b"")
+    base = folder.join(OWNERS_DIR)
+    try:
+        if not is_local(folder.fs):
+            folder.fs.invalidate_cache(base)
+        with folder._context("ListObjectsV2", base):
+            entries = folder.fs.ls(base, detail=True, refresh=True)
+    finally:
+        folder.rm(probe)
+    times: dict[str, float] = {}
+    for entry in entries:
+        modified = _modified_at(entry)
+        if modified is not None:
+            times[entry["name"].rstrip("/").rsplit("/", 1)[-1]] = modified
+    now = times.get(probe_name)
+    if now is None:
+        raise OSError(f"{folder.url_of(probe)}: the store lists no modification time")
+    ages = {}
+    for name, modified in times.items():
+        stem = name[: -len(_RECORD_SUFFIX)]
+        if name.endswith(_RECORD_SUFFIX) and stem.isdigit():
+            ages[int(stem)] = max(0.0, now - modified)
+    return ages
 
 
 def _create_exclusive(folder: DataFolder, relative: str, data: bytes) -> bool:
@@ -251,14 +312,23 @@ class Lease:
     run_id: str
 
     def check(self) -> None:
+        """Raise :class:`OwnershipLost`, naming the run that took the folder, unless this
+        lease's generation is still the folder's latest."""
         generations = _generations(self.folder)
         latest = generations[-1] if generations else None
-        if latest != self.generation:
-            raise OwnershipLost(
-                f"{self.folder.url}: run {self.run_id} no longer owns this output folder "
-                f"(it held owner generation {self.generation}, the folder is now at "
-                f"{latest}); this attempt's files are not published"
-            )
+        if latest == self.generation:
+            return
+        owner = current_owner(self.folder)
+        winner = owner.run_id if owner is not None and owner.run_id != "?" else None
+        by = f"run {winner} took it over" if winner else "its owner record is gone"
+        raise OwnershipLost(
+            f"{self.folder.url}: run {self.run_id} no longer owns this output folder ({by}; "
+            f"it held owner generation {self.generation}, the folder is now at {latest}); "
+            "this run's files are not published and it deleted nothing after it found out. "
+            f"The output is the one {f'run {winner}' if winner else 'the later run'} wrote; "
+            "launch again once it is done to replace it",
+            winner=winner,
+        )
 
 
 class OutputOwnership:
@@ -290,14 +360,18 @@ class OutputOwnership:
     # taking and giving back ------------------------------------------------------------
     def acquire(self) -> OwnerRecord:
         """Become the folder's owner, or raise :class:`OutputFolderBusy` at once."""
+        probe = f"clock-{self.launch_id}.probe"
         for _ in range(5):
             now = time.time()
             owner = current_owner(self.folder)
+            # the store's clock judges the heartbeat; a record written after the listing
+            # is as fresh as can be
+            age = record_ages(self.folder, probe).get(owner.generation, 0.0) if owner else 0.0
             # the owner's own lease decides: a shorter timeout here cannot cut it short
             lease_s = max(self.stale_after_s, owner.stale_after_s) if owner else 0.0
-            if owner is not None and owner.why_not_live(now, lease_s) is None:
+            if owner is not None and owner.why_not_live(age, lease_s) is None:
                 raise OutputFolderBusy(
-                    f"{self.folder.url} is being written by {owner.describe(now)}; one run "
+                    f"{self.folder.url} is being written by {owner.describe(age)}; one run "
                     "writes an output folder at a time. Wait for that run to finish, write to "
                     "another folder, or, if it is dead, it is taken over once it has had no "
                     f"heartbeat for {lease_s:g} s",

@@ -39,13 +39,19 @@ from .attempts import (
     new_run_id,
     parse_attempt_key,
 )
+from .reading import (
+    ManifestListing,
+    PersistedManifests,
+    list_manifests,
+    read_manifests,
+    read_persisted,
+)
 from .values import (
     FORMAT_VERSION,
     AttemptManifest,
     DatasetSummary,
     human_bytes,
     make_manifest,
-    read_manifests,
     write_manifest,
 )
 
@@ -62,17 +68,21 @@ __all__ = [
     "SUMMARY_PATH",
     "AttemptManifest",
     "DatasetSummary",
+    "ManifestListing",
+    "PersistedManifests",
     "add_counters",
     "attempt_key",
     "choose_committed",
     "committed_counters",
     "empty_counters",
     "human_bytes",
+    "list_manifests",
     "make_manifest",
     "manifest_path",
     "new_attempt_id",
     "new_run_id",
     "parse_attempt_key",
     "read_manifests",
+    "read_persisted",
     "write_manifest",
 ]

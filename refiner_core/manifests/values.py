@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..vocabulary import AssetForm, Format, MissingPolicy
-from .attempts import MANIFEST_DIR, SUMMARY_PATH, manifest_path
+from .attempts import SUMMARY_PATH, manifest_path
 
 # The JSON layout of manifests and summaries. 1: before the field existed (read as is).
 FORMAT_VERSION = 2
@@ -165,16 +165,10 @@ def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
     folder.write_bytes(manifest.path, json.dumps(manifest.to_json(), indent=1).encode())
 
 
-def read_manifests(folder: Any) -> list[AttemptManifest]:
-    """Every attempt manifest persisted under ``folder`` (unreadable ones raise, naming the file)."""
-    manifests = []
-    for name in folder.listdir(MANIFEST_DIR):
-        if not name.endswith(".json") or name.startswith("."):
-            continue
-        relative = f"{MANIFEST_DIR}/{name}"
-        data = _read_json(folder, relative, what="attempt manifest", fix=_MANIFEST_FIX)
-        manifests.append(AttemptManifest.from_json(data, where=folder.url_of(relative)))
-    return manifests
+def read_manifest(folder: Any, relative: str) -> AttemptManifest:
+    """The attempt manifest at ``relative`` (an unreadable one raises, naming the file)."""
+    data = _read_json(folder, relative, what="attempt manifest", fix=_MANIFEST_FIX)
+    return AttemptManifest.from_json(data, where=folder.url_of(relative))
 
 
 # Summary fields that are not counters, in the order the JSON form lists them.

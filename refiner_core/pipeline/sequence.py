@@ -87,15 +87,18 @@ class PipelineSequence:
             stages.append(stage)
         return stages
 
-    def finalize(self, run_id: str) -> DatasetSummary:
+    def finalize(self, run_id: str, *, persisted: Any = None) -> DatasetSummary:
         """Run the write stage's finalization for engine run ``run_id``, once its shards ran.
 
         Reads only the manifests the attempts persisted, so any process may call it;
         returns the summary it also wrote to ``<output>/_refiner/summary.json``.
+        ``persisted`` (:class:`~refiner_core.manifests.PersistedManifests`) saves reading
+        them again when the caller already has.
         """
         summary = None
         for stage in self.finalize_stages:
-            summary = stage.run(run_id=run_id)
+            summary = stage.run(run_id=run_id, persisted=persisted)
+            persisted = None  # the first stage may have removed some: later ones list again
         if summary is None:
             raise ValueError(f"{self!r} has no finalization stage after its write stage")
         return summary

@@ -14,12 +14,14 @@ from ..manifests import (
     MANIFEST_DIR,
     AttemptManifest,
     DatasetSummary,
+    PersistedManifests,
     choose_committed,
     committed_counters,
     parse_attempt_key,
-    read_manifests,
+    read_persisted,
 )
 from .empty_result import write_empty_result
+from .fence import Fence
 
 
 def _completed_relative(relative: str) -> str | None:
@@ -59,13 +61,19 @@ def _only_accepted(
     return kept
 
 
+def _no_check() -> None:
+    pass
+
+
 class FinalizeStage:
     """Reducer over persisted manifests; runs once after the write stage, and is idempotent.
 
     It keeps exactly one attempt per shard of the run, deletes data files, asset
     folders and manifests that provably belong to other attempts (including crashed
     attempts that never wrote a manifest), lets the sink commit (Lance), and writes
-    ``<output>/_refiner/summary.json``.
+    ``<output>/_refiner/summary.json``. With a lease, ownership is checked before each
+    destructive step (:mod:`refiner_core.sinks.fence`): a run that lost the folder
+    stops with :class:`~refiner_core.io.ownership.OwnershipLost` and deletes nothing.
     """
 
     kind = "finalize"
@@ -83,6 +91,7 @@ class FinalizeStage:
         *,
         lease: Lease | None = None,
         accepted: dict[str, str] | None = None,
+        persisted: PersistedManifests | None = None,
     ) -> DatasetSummary:
         """Finalize ``run_id``'s attempts; returns the summary it wrote.
 
@@ -90,26 +99,35 @@ class FinalizeStage:
         takes the folder's ownership for its own duration (another live run owning
         it is an error). ``accepted`` maps shard ids to the attempt the launcher
         accepted for them: only those are kept, other attempts of the run (say of
-        workers of a launcher that died) are rejected.
+        workers of a launcher that died) are rejected. ``persisted`` is the output's
+        manifest folder when the caller has already read it (each manifest is read once,
+        see :func:`~refiner_core.manifests.read_persisted`).
         """
         if lease is not None or not self.sink.exclusive_owner:
-            return self._finalize(run_id, lease, accepted)
+            return self._finalize(run_id, lease, accepted, persisted)
         with OutputOwnership(self.sink.folder, run_id=run_id) as ownership:
-            return self._finalize(run_id, ownership.lease(), accepted)
+            return self._finalize(run_id, ownership.lease(), accepted, persisted)
 
     def _finalize(
-        self, run_id: str, lease: Lease | None, accepted: dict[str, str] | None
+        self,
+        run_id: str,
+        lease: Lease | None,
+        accepted: dict[str, str] | None,
+        persisted: PersistedManifests | None,
     ) -> DatasetSummary:
         started = time.time()
         folder = self.sink.folder
-        manifests = self.select_manifests(read_manifests(folder), run_id)
+        persisted = persisted if persisted is not None else read_persisted(folder)
+        manifests = self.select_manifests(list(persisted.manifests), run_id)
         committed = choose_committed(_only_accepted(manifests, accepted, folder.url), run_id)
         keep = {m.key for m in committed.values()}
-        if lease is not None:
-            lease.check()
+        fence = Fence(folder, lease)
+        fence.check()
         commit_info = self.sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
 
+        fence.check()
         empty_files = write_empty_result(self.sink, committed)
+        fence.check()
         uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
         totals["files_written"] = totals.get("files_written", 0) + len(empty_files)
@@ -131,35 +149,33 @@ class FinalizeStage:
         )
         # Readers follow the summary: it names only kept files before anything that an
         # earlier summary listed is deleted, so it never lists a file that is gone.
-        summary.write(folder)
+        fence.write_summary(summary)
 
         rejected: set[tuple[str, str]] = set()
         files_removed = 0
         for m in manifests:
             if m.key not in keep:
                 rejected.add(m.key)
+                fence.check()  # each attempt's files are one deletion batch
                 files_removed += remove_attempt(folder, m)
-        files_removed += self._remove_orphans(keep, rejected, run_id)
-        files_removed += self._remove_manifest_temps()
+        fence.check()
+        files_removed += self._remove_orphans(keep, rejected, run_id, fence)
+        fence.check()
+        files_removed += self._remove_manifest_temps(persisted.listing.temporaries)
         summary = dataclasses.replace(
             summary,
             rejected_attempts_removed=len(rejected),
             files_removed=files_removed,
             elapsed_s=round(time.time() - started, 3),
         )
-        summary.write(folder)
+        fence.write_summary(summary)
         return summary
 
-    def _remove_manifest_temps(self) -> int:
+    def _remove_manifest_temps(self, temporaries: tuple[str, ...]) -> int:
         """Delete manifests an attempt died while writing (their temporary files)."""
-        folder = self.sink.folder
-        removed = 0
-        for name in folder.listdir(MANIFEST_DIR):
-            completed = completed_name(name)
-            if completed and parse_attempt_key(completed.removesuffix(".json")) is not None:
-                folder.rm(f"{MANIFEST_DIR}/{name}")
-                removed += 1
-        return removed
+        for name in temporaries:
+            self.sink.folder.rm(f"{MANIFEST_DIR}/{name}")
+        return len(temporaries)
 
     def select_manifests(
         self, manifests: list[AttemptManifest], run_id: str
@@ -168,9 +184,15 @@ class FinalizeStage:
         return manifests
 
     def _remove_orphans(
-        self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]], run_id: str
+        self,
+        keep: set[tuple[str, str]],
+        rejected: set[tuple[str, str]],
+        run_id: str,
+        fence: Fence | None = None,
     ) -> int:
-        """Delete files and asset folders named for attempts that are not kept."""
+        """Delete files and asset folders named for attempts that are not kept (the
+        ``fence`` checked before each)."""
+        check = fence.check if fence is not None else _no_check
         folder = self.sink.folder
         template = self.sink.template
         removed = 0
@@ -179,6 +201,7 @@ class FinalizeStage:
             if parsed is None and (completed := _completed_relative(relative)) is not None:
                 parsed = template.parse(completed)
             if parsed and parsed not in keep:
+                check()
                 folder.rm(relative)
                 rejected.add(parsed)
                 removed += 1
@@ -187,6 +210,7 @@ class FinalizeStage:
             for name in folder.listdir(subdir):
                 key = parse_attempt_key(name)
                 if key is not None and key not in keep:
+                    check()
                     folder.rm(f"{subdir}/{name}", recursive=True)
                     rejected.add(key)
                     removed += 1

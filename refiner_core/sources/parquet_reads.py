@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.ranged import open_uncached
+from .parquet_counts import check_footer_counts, check_rows_read
 
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 # Row groups are read whole (one request per column chunk) up to this many batches of
@@ -205,18 +206,23 @@ def iter_row_range_batches(
     batch_bytes: int | None,
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of ``rows`` of the Parquet file at ``path``: only the row
-    groups the range touches are read, and reading stops at its end."""
+    groups the range touches are read, and reading stops at its end. A file whose
+    counts disagree, or a read that ends short, raises
+    :class:`~refiner_core.sources.parquet_counts.ShortReadError`."""
     start, stop = rows.start, rows.stop
     with open_uncached(fs, path) as f:
         parquet = pq.ParquetFile(f)
         groups, at = touched_row_groups(parquet.metadata, start, stop, rows.group, rows.group_start)
         if not groups:
             return
+        check_footer_counts(parquet.metadata, rows.url, groups)
+        read = 0
         for batch in _open_file_batches(f, parquet, groups, columns, batch_rows, batch_bytes):
             begin = max(start - at, 0)
             end = min(stop - at, batch.num_rows)
             at += batch.num_rows
             if end > begin:
+                read += end - begin
                 yield (
                     batch
                     if (begin, end) == (0, batch.num_rows)
@@ -224,3 +230,4 @@ def iter_row_range_batches(
                 )
             if at >= stop:
                 return
+        check_rows_read(rows.url, groups[-1], stop - start, read)

@@ -345,7 +345,11 @@ class LanceFinalizeStage(FinalizeStage):
         return [m for m in manifests if m.run_id == run_id]
 
     def _remove_orphans(
-        self, keep: set[tuple[str, str]], rejected: set[tuple[str, str]], run_id: str
+        self,
+        keep: set[tuple[str, str]],
+        rejected: set[tuple[str, str]],
+        run_id: str,
+        fence: Any = None,
     ) -> int:
         removed = 0
         folder = self.sink.folder

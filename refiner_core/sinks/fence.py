@@ -1,0 +1,69 @@
+"""Finalization's fence: ownership is checked before every destructive step.
+
+A finalization that lost its output folder (paused past the lease while another run
+took the folder over) must neither delete nor overwrite anything. :class:`Fence`
+checks the launch's :class:`~refiner_core.io.ownership.Lease` before each deletion
+batch and each summary write, and on S3 makes the summary write conditional on the
+summary it last saw (``If-Match`` its ETag, or ``If-None-Match: *`` when there was
+none), so a summary another run wrote in between is never overwritten even if the
+pause falls between the check and the write.
+
+Example:
+    >>> import tempfile
+    >>> from refiner_core.io import DataFolder
+    >>> fence = Fence(DataFolder(tempfile.mkdtemp()), None)  # no lease: checks pass
+    >>> fence.check()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from ..io.datafile import DataFolder, is_s3
+from ..io.ownership import Lease
+from ..manifests import SUMMARY_PATH, DatasetSummary
+
+
+class Fence:
+    """The ownership checks and the conditional summary writes of one finalization."""
+
+    def __init__(self, folder: DataFolder, lease: Lease | None) -> None:
+        self.folder = folder
+        self.lease = lease
+        self._etag: str | None = None
+        if lease is not None and is_s3(folder.fs):
+            self._etag = self._current_etag()
+
+    def check(self) -> None:
+        """Raise :class:`~refiner_core.io.ownership.OwnershipLost` if the folder was taken."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def write_summary(self, summary: DatasetSummary) -> None:
+        """Write ``summary`` after checking the lease; on S3 only over the summary this
+        finalization last saw."""
+        self.check()
+        if self.lease is None or not is_s3(self.folder.fs):
+            summary.write(self.folder)
+            return
+        data = json.dumps(summary.to_json(), indent=1).encode()
+        path = self.folder.join(SUMMARY_PATH)
+        condition: dict[str, Any] = (
+            {"IfMatch": self._etag} if self._etag is not None else {"mode": "create"}
+        )
+        try:
+            response = self.folder.fs.pipe_file(path, data, **condition)
+        except Exception:
+            self.check()  # another run wrote it: say which
+            raise
+        etag = response.get("ETag") if isinstance(response, dict) else None
+        self._etag = etag or self._current_etag()
+
+    def _current_etag(self) -> str | None:
+        path = self.folder.join(SUMMARY_PATH)
+        self.folder.fs.invalidate_cache(path)
+        with contextlib.suppress(FileNotFoundError):
+            return self.folder.fs.info(path).get("ETag")
+        return None
