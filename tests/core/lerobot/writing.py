@@ -17,10 +17,10 @@ FRAME_DTYPES = {
 }
 
 
-def frames_by_episode(root: str) -> dict[int, dict[str, list]]:
+def frames_by_episode(root: str, **read: object) -> dict[int, dict[str, list]]:
     """Per episode of the dataset at ``root``, its frame columns as lists."""
     episodes: dict[int, dict[str, list]] = {}
-    for row in rows_of(mdr.read_lerobot(root)):
+    for row in rows_of(mdr.read_lerobot(root, **read)):
         lists = episodes.setdefault(row["episode_index"], {c: [] for c in FRAME_COLUMNS})
         for column in FRAME_COLUMNS:
             lists[column].append(row[column])
@@ -29,7 +29,8 @@ def frames_by_episode(root: str) -> dict[int, dict[str, list]]:
 
 def episode_rows(root: str, **read: object) -> mdr.Pipeline:
     """``read_lerobot(root, rows="episodes")`` with each episode's frame data added."""
-    frames = frames_by_episode(root)
+    options = read.get("storage_options")
+    frames = frames_by_episode(root, storage_options=options)
     return mdr.read_lerobot(root, rows="episodes", **read).map(
         lambda row: frames[row.episode_index], dtypes=FRAME_DTYPES
     )
