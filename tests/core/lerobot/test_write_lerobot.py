@@ -142,28 +142,58 @@ def test_shards_make_one_dataset(source, tmp_path):
     assert list((tmp_path / "out" / "_refiner" / "lerobot").iterdir()) == []
 
 
-def test_video_files_roll_over_at_the_size_limit(source, tmp_path):
+def test_files_roll_over_at_the_size_limits_and_chunks_fill_up(source, tmp_path):
     out = str(tmp_path / "out")
-    episode_rows(source).write_lerobot(out, fps=10, video_files_size_in_mb=1e-6).launch_local()
+    episode_rows(source).write_lerobot(
+        out, fps=10, video_files_size_in_mb=1e-6, data_files_size_in_mb=1e-6, chunks_size=2
+    ).launch_local()
     episodes = pq.read_table(f"{out}/meta/episodes/chunk-000/file-000.parquet").to_pylist()
-    assert [e[f"videos/{FRONT}/file_index"] for e in episodes] == [0, 1, 2]
+    where = [(0, 0), (0, 1), (1, 0)]  # (chunk, file): a chunk holds two files
+    assert [
+        (e[f"videos/{FRONT}/chunk_index"], e[f"videos/{FRONT}/file_index"]) for e in episodes
+    ] == where
+    assert [(e["data/chunk_index"], e["data/file_index"]) for e in episodes] == where
     assert [e[f"videos/{FRONT}/from_timestamp"] for e in episodes] == [0, 0, 0]
+    assert (tmp_path / "out" / "videos" / FRONT / "chunk-001" / "file-000.mp4").exists()
+    assert (tmp_path / "out" / "data" / "chunk-001" / "file-000.parquet").exists()
     for row in rows_of(mdr.read_lerobot(out)):
         [frame] = _frames(row[FRONT])
         assert abs(float(frame.mean()) - pixel(row["index"], 0)) <= 2
 
 
+def test_a_clip_that_does_not_start_on_a_keyframe_is_transcoded(source, tmp_path):
+    def one_frame_later(row):
+        clip = dict(row[FRONT])
+        clip["from_timestamp"] += 0.1
+        clip["to_timestamp"] += 0.1
+        return {FRONT: clip} if row.episode_index == 1 else {}
+
+    out = str(tmp_path / "out")
+    rows = episode_rows(source, video_keys=[FRONT]).map(one_frame_later)
+    counters = rows.write_lerobot(out, fps=10).launch_local().summary.counters
+    assert (counters["clips_remuxed"], counters["clips_transcoded"]) == (2, 1)
+    rows = rows_of(mdr.read_lerobot(out))
+    assert len(rows) == sum(LENGTHS)
+    for row in rows:
+        shown = row["index"] + (row["episode_index"] == 1)
+        [frame] = _frames(row[FRONT])
+        assert abs(float(frame.mean()) - pixel(shown, 0)) <= 3, row["index"]
+
+
 def test_a_clip_with_the_wrong_frame_count_fails_and_leaves_no_dataset(source, tmp_path):
-    def shorten(row):
+    def shorten_the_last(row):
         clip = dict(row[FRONT])
         clip["to_timestamp"] -= 0.1
-        return {FRONT: clip}
+        return {FRONT: clip} if row.episode_index == 2 else {}
 
     out = tmp_path / "out"
-    rows = episode_rows(source, video_keys=[FRONT]).map(shorten)
-    with pytest.raises(Exception, match=r"has 4 frames but the episode has 5"):
-        rows.write_lerobot(str(out), fps=10).launch_local()
+    rows = episode_rows(source, video_keys=[FRONT]).map(shorten_the_last)
+    # tiny video files: the first episodes' videos are staged before the last one fails
+    with pytest.raises(Exception, match=r"has 5 frames but the episode has 6"):
+        rows.write_lerobot(str(out), fps=10, video_files_size_in_mb=1e-6).launch_local()
     assert not (out / "meta").exists() and not (out / "data").exists()
+    assert not (out / "videos").exists()
+    assert [p for p in (out / "_refiner").rglob("*.mp4")] == []  # the staging is gone too
 
 
 def test_frame_lists_of_different_lengths_are_refused(tmp_path):
