@@ -234,7 +234,8 @@ class Pipeline:
         clip_storage_options: dict[str, Any] | None = None,
     ):
         """Write a LeRobot v3.0 dataset from episode rows (one row per episode: ``tasks``,
-        a ``video_clip`` per camera, frame data as per-frame lists); see
+        a ``video_clip`` per camera, frame data as per-frame lists) or from frame rows
+        like ``read_lerobot(root)``'s (consecutive rows of one ``episode_index``); see
         :class:`refiner_core.sinks.lerobot.LeRobotSink`. ``clip_storage_options`` reach
         the clips' videos."""
         # Not one of the table formats of write(format, ...): it takes fps and writes meta/

@@ -22,6 +22,7 @@ from ...video.clip_ref import parse_clip
 from ...video.clips import ClipNotOnKeyframe
 from ...video.concat import EncodedFile, IncompatibleClip, RemuxedFile, VideoFormat
 from .episodes import RowShape, episode_length, frame_table, row_shape
+from .frame_rows import FrameGrouper, is_frame_rows
 from .stats import image_stats
 
 STAGE_DIR = "_refiner/lerobot"
@@ -135,10 +136,20 @@ class LeRobotAttemptWriter:
         self.parts = 0
         self.frames = 0
         self.counters = {"clips_remuxed": 0, "clips_transcoded": 0}
+        self.grouper: FrameGrouper | None = None
 
     async def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if self.grouper is None and self.shape is None and is_frame_rows(table.schema):
+            self.grouper = FrameGrouper(self.where)
+        if self.grouper is None:
+            self._episodes(table)
+            return
+        for episode in self.grouper.add(table):
+            self._episodes(episode)
+
+    def _episodes(self, table: pa.Table) -> None:
         if self.shape is None:
             self.shape = row_shape(table.schema, self.where)
             self.cameras = {key: _Camera(self, key) for key in self.shape.cameras}
@@ -194,6 +205,8 @@ class LeRobotAttemptWriter:
         self.parts += 1
 
     async def close(self) -> dict[str, Any]:
+        for episode in self.grouper.close() if self.grouper else ():
+            self._episodes(episode)
         self._flush_data()
         for camera in self.cameras.values():
             camera.close()

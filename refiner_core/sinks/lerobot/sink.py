@@ -14,7 +14,8 @@ from .commit import INFO_PATH, commit_dataset
 
 class LeRobotSink(FolderSink):
     """Writes a LeRobot v3.0 dataset (``meta/``, ``data/``, ``videos/``) under ``output``
-    from episode rows (their shape: :mod:`refiner_core.sinks.lerobot.episodes`).
+    from episode rows (their shape: :mod:`refiner_core.sinks.lerobot.episodes`) or frame
+    rows like ``read_lerobot(root)``'s (see :mod:`refiner_core.sinks.lerobot.frame_rows`).
 
     Each shard attempt stages its episodes under ``<output>/_refiner/lerobot/``: frames in
     Parquet, each camera's clips concatenated into MP4s (packets copied when the clip's
