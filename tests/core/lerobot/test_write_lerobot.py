@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -207,3 +208,45 @@ def test_rows_without_tasks_are_refused(tmp_path):
         mdr.from_items([{"action": [[1.0]]}]).write_lerobot(
             str(tmp_path / "o"), fps=10
         ).launch_local()
+
+
+def test_frame_rows_are_gathered_into_episodes(source, tmp_path):
+    out = str(tmp_path / "out")
+    # read_lerobot's frame rows, in blocks that cut episodes apart
+    pipeline = mdr.read_lerobot(source, num_shards=2).with_max_block_rows(4)
+    counters = pipeline.write_lerobot(out, fps=10).launch_local().summary.counters
+    assert (counters["clips_remuxed"], counters["frames_written"]) == (6, sum(LENGTHS))
+    before, after = rows_of(mdr.read_lerobot(source)), rows_of(mdr.read_lerobot(out))
+    for old, new in zip(before, after, strict=True):
+        for key in ("index", "episode_index", "frame_index", "task", "observation.state", "action"):
+            assert new[key] == old[key], (key, old, new)
+        [old_frame], [new_frame] = _frames(old[WRIST]), _frames(new[WRIST])
+        assert np.array_equal(old_frame, new_frame)
+    info = _json(out, "info")
+    assert info["features"]["observation.state"]["dtype"] == "float32"
+
+
+def test_frame_rows_whose_clips_skip_frames_are_refused(source, tmp_path):
+    rows = mdr.read_lerobot(source, video_keys=[FRONT]).filter(lambda r: r.index != 2)
+    with pytest.raises(
+        Exception, match=r"frame 2's clip starts at 0.3s but the frame before ends at 0.2s"
+    ):
+        rows.write_lerobot(str(tmp_path / "o"), fps=10).launch_local()
+
+
+def test_frame_blocks_that_cut_episodes_apart_make_whole_episodes(source):
+    from refiner_core.sinks.lerobot.frame_rows import FrameGrouper
+
+    frames = pa.Table.from_pylist(rows_of(mdr.read_lerobot(source)))
+    grouper = FrameGrouper("test")
+    episodes = [e for start in range(0, 18, 4) for e in grouper.add(frames.slice(start, 4))]
+    episodes += list(grouper.close())
+    assert [len(e.column("action")[0].values) for e in episodes] == LENGTHS
+    assert [e.column("tasks")[0].as_py() for e in episodes] == [
+        ["pick the cube"],
+        ["place the cube"],
+        ["pick the cube"],
+    ]
+    assert [e.column(FRONT)[0].as_py()["to_timestamp"] for e in episodes] == pytest.approx(
+        [0.5, 1.2, 1.8]
+    )
