@@ -168,9 +168,17 @@ class LeRobotAttemptWriter:
             self.counters["clips_remuxed" if remuxed else "clips_transcoded"] += 1
             if length is None:
                 length = landed.frames
+            ref = parse_clip(clip)
+            span = ref.to_timestamp - ref.from_timestamp
+            if abs(span * self.sink.fps - landed.frames) >= 0.5:
+                raise ValueError(
+                    f"{where}: the clip of camera {key!r} ({ref.describe()}) spans {span:g}s but "
+                    f"holds {landed.frames} frames, {landed.frames / self.sink.fps:g}s at "
+                    f"fps={self.sink.fps:g}; pass the video's frame rate as fps="
+                )
             if landed.frames != length:
                 raise ValueError(
-                    f"{where}: the clip of camera {key!r} ({parse_clip(clip).describe()}) has "
+                    f"{where}: the clip of camera {key!r} ({ref.describe()}) has "
                     f"{landed.frames} frames but the episode has {length}; fix its bounds"
                 )
             videos[key] = {"file": number, "from": landed.from_timestamp, "to": landed.to_timestamp}

@@ -250,3 +250,9 @@ def test_frame_blocks_that_cut_episodes_apart_make_whole_episodes(source):
     assert [e.column(FRONT)[0].as_py()["to_timestamp"] for e in episodes] == pytest.approx(
         [0.5, 1.2, 1.8]
     )
+
+
+def test_an_fps_that_is_not_the_videos_is_refused(source, tmp_path):
+    rows = mdr.read_lerobot(source, rows="episodes", video_keys=[FRONT])
+    with pytest.raises(Exception, match=r"spans 0.5s but holds 5 frames, 0.166667s at fps=30"):
+        rows.write_lerobot(str(tmp_path / "o"), fps=30).launch_local()
