@@ -21,8 +21,10 @@ from .clip_ref import ClipRef
 from .clips import ClipNotOnKeyframe, _packets_in
 from .container import open_video, seek_before
 
-# At most this many decoded frames of a clip are sampled for its image statistics.
+# At most this many decoded frames of a clip are sampled for its image statistics, scaled
+# down to about this many pixels on their longer side.
 MAX_SAMPLED_FRAMES = 100
+SAMPLE_SIDE = 150
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class EncodedFile(_File):
         """Decode ``clip`` and encode its frames after the file's last clip."""
         import av
 
-        begin, decoded = self._frames, []
+        begin = self._frames
+        sampler = _Sampler(round((clip.to_timestamp - clip.from_timestamp) * self.fps))
         with open_video(clip.path, storage_options) as (container, stream):
             seek_before(container, stream, clip.from_timestamp)
             for frame in container.decode(stream):
@@ -154,19 +157,21 @@ class EncodedFile(_File):
                 image = frame.reformat(
                     width=self.stream.width, height=self.stream.height, format="rgb24"
                 ).to_ndarray()
-                decoded.append(image)
                 fresh = av.VideoFrame.from_ndarray(image, format="rgb24")
+                sampler.offer(fresh)
                 fresh.pts, fresh.time_base = self._frames, 1 / self.fps
                 if self._frames == begin:
                     fresh.pict_type = av.video.frame.PictureType.I
                 for packet in self.stream.encode(fresh):
                     self.output.mux(packet)
                 self._frames += 1
-        if not decoded:
+        if self._frames == begin:
             raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
         start = Fraction(begin) / self.fps
         self.end = Fraction(self._frames) / self.fps
-        return Appended(float(start), float(self.end), len(decoded), _sample(decoded))
+        return Appended(
+            float(start), float(self.end), self._frames - begin, _sample(sampler.images)
+        )
 
     def close(self) -> None:
         for packet in self.stream.encode(None):
@@ -175,23 +180,45 @@ class EncodedFile(_File):
 
 
 def _decode(stream: Any, packets: list[Any]) -> list[np.ndarray]:
+    """A sample of the packets' frames (see :class:`_Sampler`), decoded."""
     import av
 
     context = av.CodecContext.create(stream.codec_context.name, "r")
     if stream.codec_context.extradata:
         context.extradata = stream.codec_context.extradata
-    images = []
+    sampler = _Sampler(len(packets))
     for packet in [*packets, None]:
         for frame in context.decode(packet):
-            images.append(frame.to_ndarray(format="rgb24"))
-    return images
+            sampler.offer(frame)
+    return sampler.images
+
+
+class _Sampler:
+    """Keeps every n-th of ``expected`` frames (at most :data:`MAX_SAMPLED_FRAMES`), as RGB
+    images scaled down to about :data:`SAMPLE_SIDE` pixels, as LeRobot samples its stats."""
+
+    def __init__(self, expected: int) -> None:
+        self.step = max(1, -(-expected // MAX_SAMPLED_FRAMES))
+        self.seen = 0
+        self.images: list[np.ndarray] = []
+
+    def offer(self, frame: Any) -> None:
+        if self.seen % self.step == 0:
+            scale = max(1, max(frame.width, frame.height) // SAMPLE_SIDE)
+            self.images.append(
+                frame.to_ndarray(
+                    width=max(1, frame.width // scale),
+                    height=max(1, frame.height // scale),
+                    format="rgb24",
+                )
+            )
+        self.seen += 1
 
 
 def _sample(images: list[np.ndarray]) -> np.ndarray:
     if not images:
         return np.zeros((0, 1, 1, 3), np.uint8)
-    step = max(1, -(-len(images) // MAX_SAMPLED_FRAMES))
-    return np.stack(images[::step])
+    return np.stack(images)
 
 
 def _encoder() -> str:
