@@ -39,11 +39,30 @@ def feature_stats(values: np.ndarray) -> Stats:
 
 def image_stats(images: np.ndarray, frames: int) -> Stats:
     """Per-channel statistics of ``images`` (``(n, h, w, 3)`` uint8, a sample of a clip of
-    ``frames`` frames), scaled to ``[0, 1]`` and shaped ``(3, 1, 1)`` like LeRobot's."""
-    pixels = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0
-    stats = feature_stats(pixels)
-    shaped = {k: [[[v]] for v in values] for k, values in stats.items() if k != "count"}
-    return {**shaped, "count": [frames]}
+    ``frames`` frames), scaled to ``[0, 1]`` and shaped ``(3, 1, 1)`` like LeRobot's.
+
+    They come from each channel's 256-bin histogram, so quantiles are the lowest value whose
+    share of pixels at or below it reaches the quantile.
+    """
+    levels = np.arange(256, dtype=np.float64) / 255.0
+    per_channel: dict[str, list[float]] = {}
+    for channel in range(images.shape[-1]):
+        counts = np.bincount(images[..., channel].ravel(), minlength=256).astype(np.float64)
+        total = counts.sum()
+        present = np.flatnonzero(counts)
+        mean = float((counts * levels).sum() / total)
+        values = {
+            "min": float(levels[present[0]]),
+            "max": float(levels[present[-1]]),
+            "mean": mean,
+            "std": float(np.sqrt((counts * (levels - mean) ** 2).sum() / total)),
+        }
+        share = np.cumsum(counts) / total
+        for key, q in QUANTILES.items():
+            values[key] = float(levels[min(255, int(np.searchsorted(share, q)))])
+        for key, value in values.items():
+            per_channel.setdefault(key, []).append(value)
+    return {**{k: [[[v]] for v in vs] for k, vs in per_channel.items()}, "count": [frames]}
 
 
 def merge_stats(episodes: list[Stats]) -> Stats:

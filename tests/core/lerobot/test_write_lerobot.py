@@ -93,6 +93,16 @@ def test_stats_are_merged_over_episodes(source, tmp_path):
     assert np.array(front["mean"]).shape == (3, 1, 1)
     values = [pixel(i, 0) / 255 for i in range(18)]
     assert front["max"][0][0][0] == pytest.approx(max(values), abs=2 / 255)
+    assert front["min"][1][0][0] == pytest.approx(min(values), abs=2 / 255)
+    assert front["mean"][2][0][0] == pytest.approx(np.mean(values), abs=2 / 255)
+    # merged quantiles are the episodes' weighted by their frames, as LeRobot merges them
+    bounds = np.cumsum([0, *LENGTHS])
+    medians = [
+        np.quantile(values[a:b], 0.5, method="inverted_cdf") * (b - a)
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    assert front["q50"][0][0][0] == pytest.approx(sum(medians) / 18, abs=2 / 255)
+    assert front["count"] == [18]
 
 
 def test_a_clip_of_another_resolution_is_transcoded(source, tmp_path):
