@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 from typing import Any
@@ -101,6 +102,7 @@ class _Camera:
         ):
             shutil.copyfileobj(local, out, 4 * MIB)
         self.uploaded.append(number)
+        self.writer.staged_bytes += os.path.getsize(file.path)
 
     def close(self) -> None:
         for held in (self.remuxed, self.encoded):
@@ -135,6 +137,7 @@ class LeRobotAttemptWriter:
         self.pending: list[pa.Table] = []
         self.parts = 0
         self.frames = 0
+        self.staged_bytes = 0
         self.counters = {"clips_remuxed": 0, "clips_transcoded": 0}
         self.grouper: FrameGrouper | None = None
 
@@ -209,6 +212,7 @@ class LeRobotAttemptWriter:
         table = pa.concat_tables(self.pending)
         with self.sink.folder.open_atomic(f"{self.stage}/data-{self.parts}.parquet") as f:
             pq.write_table(table, f)
+            self.staged_bytes += f.tell()
         self.pending = []
         self.parts += 1
 
@@ -232,6 +236,8 @@ class LeRobotAttemptWriter:
                 **self.counters,
                 "rows_written": len(self.episodes),
                 "frames_written": self.frames,
+                "files_written": self.parts + sum(len(c.uploaded) for c in self.cameras.values()),
+                "bytes_written": self.staged_bytes,
             },
         }
 

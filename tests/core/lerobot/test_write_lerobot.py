@@ -38,6 +38,13 @@ def test_round_trip_keeps_frames_timestamps_and_video(source, tmp_path):
     counters = result.summary.counters
     assert (counters["clips_remuxed"], counters["clips_transcoded"]) == (6, 0)
     assert counters["frames_written"] == sum(LENGTHS)
+    assert counters["rows_written"] == 3  # episodes
+    root = tmp_path / "out"
+    written = [*root.glob("data/*/*.parquet"), *root.glob("videos/*/*/*.mp4")]
+    assert counters["files_written"] == len(written) == 3
+    # the attempt's bytes: the data file is rewritten with the dataset's numbers at commit
+    total = sum(p.stat().st_size for p in written)
+    assert abs(counters["bytes_written"] - total) < 0.05 * total
 
     before, after = rows_of(mdr.read_lerobot(source)), rows_of(mdr.read_lerobot(out))
     assert len(after) == len(before) == sum(LENGTHS)
