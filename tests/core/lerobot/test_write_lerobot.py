@@ -273,3 +273,24 @@ def test_an_fps_that_is_not_the_videos_is_refused(source, tmp_path):
     rows = mdr.read_lerobot(source, rows="episodes", video_keys=[FRONT])
     with pytest.raises(Exception, match=r"spans 0.5s but holds 5 frames, 0.166667s at fps=30"):
         rows.write_lerobot(str(tmp_path / "o"), fps=30).launch_local()
+
+
+def test_finalizing_again_keeps_the_dataset(source, tmp_path):
+    out = tmp_path / "out"
+    sequence = episode_rows(source).write_lerobot(str(out), fps=10)
+    result = sequence.launch_local()
+    before = {
+        p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "_refiner" not in p.parts
+    }
+    again = sequence.stages[1].run(run_id=result.run_id)
+    assert again.counters["clips_remuxed"] == 6
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and "_refiner" not in p.parts}
+    assert after == before
+    assert len(rows_of(mdr.read_lerobot(str(out)))) == sum(LENGTHS)
+
+
+def test_writing_over_a_dataset_is_refused(source, tmp_path):
+    out = str(tmp_path / "out")
+    episode_rows(source).write_lerobot(out, fps=10).launch_local()
+    with pytest.raises(FileExistsError, match=r"already holds a LeRobot dataset"):
+        episode_rows(source).write_lerobot(out, fps=10).launch_local()
