@@ -88,7 +88,7 @@ def commit_dataset(sink: Any, committed: list[AttemptManifest]) -> dict[str, Any
         first_episode += len(attempt["episodes"])
         first_frame += sum(e["length"] for e in attempt["episodes"])
     episodes.sort(key=lambda e: e["episode_index"])
-    _write_meta(sink, episodes, tasks, schema, cameras, first_frame, data_numbers, videos)
+    _write_meta(sink, episodes, tasks, schema, cameras, first_frame)
     for stage in stages:
         folder.rm(stage, recursive=True)
     return {"episodes": len(episodes), "frames": first_frame, "tasks": len(tasks)}
@@ -177,45 +177,25 @@ def _column_stats(column: pa.ChunkedArray) -> dict[str, Any] | None:
     return feature_stats(values)
 
 
-def _write_meta(sink, episodes, tasks, schema, cameras, frames, data_numbers, videos) -> None:
+def _write_meta(
+    sink: Any,
+    episodes: list[dict[str, Any]],
+    tasks: dict[str, int],
+    schema: pa.Schema | None,
+    cameras: dict[str, dict[str, Any]],
+    frames: int,
+) -> None:
+    """``meta/episodes``, ``meta/tasks.parquet``, ``meta/stats.json``, then ``meta/info.json``."""
+    import pandas as pd
+
     folder = sink.folder
     with folder.open_atomic(EPISODES_PATH) as f:
         pq.write_table(pa.Table.from_pylist(episodes), f)
-    import pandas as pd
-
     # LeRobot reads the task text as the table's (pandas) index
     tasks_frame = pd.DataFrame({"task_index": list(tasks.values())}, index=list(tasks))
     with folder.open_atomic("meta/tasks.parquet") as f:
         pq.write_table(pa.Table.from_pandas(tasks_frame), f)
-    features: dict[str, Any] = {}
-    for field in schema or []:
-        features[field.name] = feature_of(field)
-    for key, info in cameras.items():
-        features[key] = {
-            "dtype": "video",
-            "shape": [info["height"], info["width"], 3],
-            "names": ["height", "width", "channels"],
-            "info": {
-                "video.height": info["height"],
-                "video.width": info["width"],
-                "video.codec": info["codec"],
-                "video.pix_fmt": info["pix_fmt"],
-                "video.is_depth_map": False,
-                "video.fps": sink.fps,
-                "video.channels": 3,
-                "has_audio": False,
-            },
-        }
-    by_feature: dict[str, list[dict[str, Any]]] = {}
-    for episode in episodes:
-        for column, value in episode.items():
-            if column.startswith("stats/"):
-                feature = column[len("stats/") : column.rindex("/")]
-                name = column[column.rindex("/") + 1 :]
-                by_feature.setdefault(feature, [{} for _ in episodes])
-                by_feature[feature][episode["episode_index"]][name] = value
-    stats = {feature: merge_stats(per_episode) for feature, per_episode in by_feature.items()}
-    folder.write_bytes("meta/stats.json", json.dumps(stats, indent=4).encode())
+    folder.write_bytes("meta/stats.json", json.dumps(_merged_stats(episodes), indent=4).encode())
     info = {
         "codebase_version": "v3.0",
         "robot_type": sink.robot_type,
@@ -229,6 +209,40 @@ def _write_meta(sink, episodes, tasks, schema, cameras, frames, data_numbers, vi
         "splits": {"train": f"0:{len(episodes)}"},
         "data_path": DATA_PATH,
         "video_path": VIDEO_PATH if cameras else None,
-        "features": features,
+        "features": _features(schema, cameras, sink.fps),
     }
     folder.write_bytes(INFO_PATH, json.dumps(info, indent=4).encode())
+
+
+def _features(
+    schema: pa.Schema | None, cameras: dict[str, dict[str, Any]], fps: float
+) -> dict[str, Any]:
+    features = {field.name: feature_of(field) for field in schema or []}
+    for key, info in cameras.items():
+        features[key] = {
+            "dtype": "video",
+            "shape": [info["height"], info["width"], 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": info["height"],
+                "video.width": info["width"],
+                "video.codec": info["codec"],
+                "video.pix_fmt": info["pix_fmt"],
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": 3,
+                "has_audio": False,
+            },
+        }
+    return features
+
+
+def _merged_stats(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each feature's ``stats/<feature>/<name>`` columns merged over the episodes."""
+    by_feature: dict[str, list[dict[str, Any]]] = {}
+    for position, episode in enumerate(episodes):
+        for column, value in episode.items():
+            if column.startswith("stats/"):
+                feature, name = column[len("stats/") :].rsplit("/", 1)
+                by_feature.setdefault(feature, [{} for _ in episodes])[position][name] = value
+    return {feature: merge_stats(per_episode) for feature, per_episode in by_feature.items()}
