@@ -221,6 +221,39 @@ class Pipeline:
             "lance", output, assets=assets, mode=mode, storage_options=storage_options, **legacy
         )
 
+    def write_lerobot(
+        self,
+        output: str,
+        *,
+        fps: float,
+        robot_type: str | None = None,
+        video_files_size_in_mb: float = 200,
+        data_files_size_in_mb: float = 100,
+        chunks_size: int = 1000,
+        storage_options: dict[str, Any] | None = None,
+        clip_storage_options: dict[str, Any] | None = None,
+    ):
+        """Write a LeRobot v3.0 dataset from episode rows (one row per episode: ``tasks``,
+        a ``video_clip`` per camera, frame data as per-frame lists) or from frame rows
+        like ``read_lerobot(root)``'s (consecutive rows of one ``episode_index``); see
+        :class:`refiner_core.sinks.lerobot.LeRobotSink`. ``clip_storage_options`` reach
+        the clips' videos."""
+        # Not one of the table formats of write(format, ...): it takes fps and writes meta/
+        from ..sinks.lerobot import LeRobotSink
+        from .sequence import PipelineSequence
+
+        sink = LeRobotSink(
+            output,
+            fps=fps,
+            robot_type=robot_type,
+            video_files_size_in_mb=video_files_size_in_mb,
+            data_files_size_in_mb=data_files_size_in_mb,
+            chunks_size=chunks_size,
+            storage_options=storage_options,
+            clip_storage_options=clip_storage_options,
+        )
+        return PipelineSequence.for_sink(self, sink)
+
     # running ----------------------------------------------------------------
     def iter_rows(self) -> Iterator[Row]:
         """Run in this process and yield rows (no sink; callbacks closed at the end)."""

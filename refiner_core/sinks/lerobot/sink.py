@@ -1,0 +1,101 @@
+"""``write_lerobot``: episode rows become a LeRobot v3.0 dataset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...manifests import parse_attempt_key
+from ...validation import check_positive
+from ..files import FolderSink
+from ..finalize import FinalizeStage
+from .attempt import STAGE_DIR, LeRobotAttemptWriter
+from .commit import INFO_PATH, commit_dataset
+
+
+class LeRobotSink(FolderSink):
+    """Writes a LeRobot v3.0 dataset (``meta/``, ``data/``, ``videos/``) under ``output``
+    from episode rows (their shape: :mod:`refiner_core.sinks.lerobot.episodes`) or frame
+    rows like ``read_lerobot(root)``'s (see :mod:`refiner_core.sinks.lerobot.frame_rows`).
+
+    Each shard attempt stages its episodes under ``<output>/_refiner/lerobot/``: frames in
+    Parquet, each camera's clips concatenated into MP4s (packets copied when the clip's
+    format matches the file being filled, re-encoded otherwise; counted as
+    ``clips_remuxed`` / ``clips_transcoded``). The finalization stage numbers the episodes,
+    frames and tasks over all shards, moves the files to
+    ``data/chunk-XXX/file-XXX.parquet`` and ``videos/<camera>/chunk-XXX/file-XXX.mp4``, and
+    writes ``meta/episodes``, ``meta/tasks.parquet``, ``meta/stats.json`` and, last,
+    ``meta/info.json``.
+
+    Example:
+        >>> import tempfile, refiner_core as mdr
+        >>> rows = [{"tasks": ["wave"], "observation.state": [[0.0, 1.0], [0.5, 1.5]]}]
+        >>> out = tempfile.mkdtemp()
+        >>> stats = mdr.from_items(rows).write_lerobot(out, fps=10).launch_local()
+        >>> mdr.read_lerobot(out).take(2)[1]["observation.state"]
+        [0.5, 1.5]
+    """
+
+    format = "lerobot"
+
+    def __init__(
+        self,
+        output: str,
+        *,
+        fps: float,
+        robot_type: str | None = None,
+        video_files_size_in_mb: float = 200,
+        data_files_size_in_mb: float = 100,
+        chunks_size: int = 1000,
+        storage_options: dict[str, Any] | None = None,
+        clip_storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        _check_above_zero("fps", fps)
+        _check_above_zero("video_files_size_in_mb", video_files_size_in_mb)
+        _check_above_zero("data_files_size_in_mb", data_files_size_in_mb)
+        check_positive("write_lerobot chunks_size", chunks_size)
+        super().__init__(output, storage_options=storage_options)
+        self.fps = fps
+        self.robot_type = robot_type
+        self.video_files_size_in_mb = video_files_size_in_mb
+        self.data_files_size_in_mb = data_files_size_in_mb
+        self.chunks_size = chunks_size
+        self.clip_storage_options = clip_storage_options
+
+    def prepare(self, run_id: str) -> None:
+        if self.folder.exists(INFO_PATH):
+            raise FileExistsError(
+                f"write_lerobot {self.url}: it already holds a LeRobot dataset "
+                f"({INFO_PATH}); write into an empty folder or delete it first"
+            )
+        super().prepare(run_id)
+
+    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> LeRobotAttemptWriter:
+        return LeRobotAttemptWriter(self, shard_id, attempt_id)
+
+    def finalize_stages(self) -> list[Any]:
+        return [LeRobotFinalizeStage(self)]
+
+    def commit(self, committed: list[Any], run_id: str) -> dict[str, Any]:
+        if self.folder.exists(INFO_PATH):  # committed by an earlier finalization of this run
+            return {}
+        return commit_dataset(self, committed)
+
+
+def _check_above_zero(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"write_lerobot: {name}={value!r}; it must be a number above 0")
+
+
+class LeRobotFinalizeStage(FinalizeStage):
+    """The finalization stage of ``write_lerobot``: commits the kept attempts as one
+    dataset (see :class:`LeRobotSink`) and deletes the staged episodes of the others."""
+
+    def _remove_orphans(self, keep, rejected, run_id) -> int:
+        removed = 0
+        for name in self.sink.folder.listdir(STAGE_DIR):
+            key = parse_attempt_key(name)
+            if key is not None and key not in keep:
+                self.sink.folder.rm(f"{STAGE_DIR}/{name}", recursive=True)
+                rejected.add(key)
+                removed += 1
+        return removed
