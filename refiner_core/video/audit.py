@@ -1,0 +1,333 @@
+"""``verify_video``: check a LeRobot dataset's videos against its episodes table, frame by frame,
+from packet timestamps alone (no full decode).
+
+Each video file is demuxed once (a v3.0 file holds many episodes; its packets are split by
+the episodes' ``[from_timestamp, to_timestamp)`` ranges), files in parallel. Per episode and
+camera the checks are:
+
+``frame_count``      the frames in the range equal the episode's ``length``
+``first_timestamp``  the first frame lies within half a frame of ``from_timestamp``
+``last_timestamp``   the last frame lies within half a frame of ``to_timestamp - 1/fps``
+``gap``              no two consecutive frames lie more than ``GAP_FRAMES / fps`` apart
+``monotonic``        decode timestamps increase and no two frames share a time
+``table_span``       ``(to_timestamp - from_timestamp) * fps`` equals ``length``
+
+and per file: ``missing`` (no such file), ``unreadable`` (not a video), ``truncated`` (fewer
+packets than the container's index lists, a packet reaching past the end of the file, the
+stream's duration not reached, or the last frame not decoding: the only frames decoded are
+those from the file's last keyframe on).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..io.datafile import resolve
+from ..sources.lerobot_meta import Episode, load_meta
+from .container import open_video, seconds
+
+# Consecutive frames further apart than this many frame periods are a gap: one missing
+# frame makes a 2-period step, while encoder timestamp rounding stays well under 1.5.
+GAP_FRAMES = 1.5
+# Files demuxed at once; the work is mostly waiting on reads (ranged requests on S3).
+DEFAULT_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class VideoFailure:
+    """One failed check: which episodes and camera, which file, and the numbers."""
+
+    check: str
+    camera: str
+    file: str
+    episodes: tuple[int, ...]
+    detail: str
+
+    def __str__(self) -> str:
+        which = ", ".join(str(e) for e in self.episodes[:10])
+        if len(self.episodes) > 10:
+            which += f", ... ({len(self.episodes)} episodes)"
+        noun = "episode" if len(self.episodes) == 1 else "episodes"
+        return f"{noun} {which}, camera {self.camera}, {self.file}: {self.check}: {self.detail}"
+
+
+@dataclass
+class VideoAudit:
+    """What ``verify_video`` checked and every failure it found; ``ok`` when there is none."""
+
+    root: str
+    fps: float
+    files: int = 0
+    clips: int = 0
+    packets: int = 0
+    frames_decoded: int = 0
+    failures: list[VideoFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass(frozen=True)
+class _Clip:
+    episode: Episode
+    from_timestamp: float
+    to_timestamp: float
+
+
+@dataclass
+class _FileResult:
+    packets: int = 0
+    frames_decoded: int = 0
+    failures: list[VideoFailure] = field(default_factory=list)
+
+
+def verify_video(
+    root: str,
+    *,
+    episodes: list[int] | None = None,
+    video_keys: list[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_workers: int = DEFAULT_WORKERS,
+) -> VideoAudit:
+    """Check every episode × camera of the LeRobot dataset at ``root`` (v3.0 or v2.1, local or
+    any fsspec URL) against its video's packets; see the module docstring for the checks.
+
+    Example:
+        >>> import refiner_core as mdr
+        >>> mdr.verify_video("/no/such/dataset")
+        Traceback (most recent call last):
+        ...
+        ValueError: read_lerobot /no/such/dataset: no meta/info.json; point root at the folder ...
+    """
+    if max_workers < 1:
+        raise ValueError(f"verify_video: max_workers={max_workers!r} must be at least 1")
+    meta = load_meta(root, storage_options, video_keys)
+    chosen = list(meta.episodes)
+    if episodes is not None:
+        known = {e.index for e in chosen}
+        unknown = sorted(set(episodes) - known)
+        if unknown:
+            raise ValueError(
+                f"verify_video {meta.root}: episodes {unknown} are not in the dataset; it has "
+                f"{len(known)} episodes, indexes {min(known, default=0)}..{max(known, default=-1)}"
+            )
+        wanted = set(episodes)
+        chosen = [e for e in chosen if e.index in wanted]
+    files: dict[tuple[str, str], list[_Clip]] = {}
+    for episode in chosen:
+        for key, video in episode.videos:
+            clip = _Clip(episode, video.from_timestamp, video.to_timestamp)
+            files.setdefault((key, video.url), []).append(clip)
+    audit = VideoAudit(meta.root, meta.fps, files=len(files), clips=sum(map(len, files.values())))
+    if not files:
+        return audit
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(files))) as pool:
+        results = pool.map(
+            lambda item: _check_file(item[0][0], item[0][1], item[1], meta.fps, storage_options),
+            files.items(),
+        )
+        for result in results:
+            audit.packets += result.packets
+            audit.frames_decoded += result.frames_decoded
+            audit.failures.extend(result.failures)
+    return audit
+
+
+@dataclass(frozen=True)
+class _Packets:
+    """A file's packets: presentation times sorted, and decode times in file order."""
+
+    times: list[float]
+    decode_times: list[tuple[float, float]]  # (dts, pts) seconds, decode order
+    indexed: int  # packets the container's index lists (0 when unknown)
+    stream_end: float | None
+    last_end_byte: int
+    last_keyframe_pts: int | None
+    last_pts: int | None
+
+
+def _check_file(
+    camera: str, url: str, clips: list[_Clip], fps: float, storage_options: dict[str, Any] | None
+) -> _FileResult:
+    result = _FileResult()
+    indexes = tuple(c.episode.index for c in clips)
+
+    def fail(check: str, detail: str, episodes: tuple[int, ...] = indexes) -> None:
+        result.failures.append(VideoFailure(check, camera, url, episodes, detail))
+
+    fs, path = resolve(url, storage_options)
+    try:
+        size = int(fs.size(path))
+    except FileNotFoundError:
+        fail("missing", "the video file does not exist; re-encode or restore it")
+        return result
+    try:
+        with open_video(url, storage_options) as (container, stream):
+            packets = _demux(container, stream)
+            result.packets = len(packets.times)
+            result.frames_decoded = _check_end(packets, size, fps, container, stream, fail)
+    except FileNotFoundError:
+        fail("missing", "the video file does not exist; re-encode or restore it")
+        return result
+    except ValueError as exc:
+        check = "truncated" if _is_eof(exc.__cause__) else "unreadable"
+        fail(check, f"{size:,} bytes that do not open as a video ({exc.__cause__ or exc})")
+        return result
+    for clip in clips:
+        for check, detail in _check_clip(clip, packets, fps):
+            fail(check, detail, (clip.episode.index,))
+    return result
+
+
+def _is_eof(error: BaseException | None) -> bool:
+    import av
+
+    return isinstance(error, av.error.EOFError)
+
+
+def _demux(container: Any, stream: Any) -> _Packets:
+    import av
+
+    tb = stream.time_base
+    times: list[float] = []
+    decode_times: list[tuple[float, float]] = []
+    last_end_byte = 0
+    last_keyframe = last_pts = None
+    try:
+        for packet in container.demux(stream):
+            if packet.pts is None or packet.size == 0:
+                continue  # the flush packet at the end
+            at = seconds(packet.pts, tb)
+            times.append(at)
+            if packet.dts is not None:
+                decode_times.append((seconds(packet.dts, tb), at))
+            if packet.pos is not None and packet.pos >= 0:
+                last_end_byte = max(last_end_byte, packet.pos + packet.size)
+            if packet.is_keyframe and (last_keyframe is None or packet.pts > last_keyframe):
+                last_keyframe = packet.pts
+            if last_pts is None or packet.pts > last_pts:
+                last_pts = packet.pts
+    except av.error.FFmpegError as exc:
+        raise ValueError(f"demuxing stopped after {len(times)} packets") from exc
+    end = None if stream.duration is None else seconds(stream.duration, tb)
+    if end is not None and stream.start_time is not None:
+        end += seconds(stream.start_time, tb)
+    times.sort()
+    return _Packets(
+        times, decode_times, int(stream.frames or 0), end, last_end_byte, last_keyframe, last_pts
+    )
+
+
+def _check_end(
+    packets: _Packets, size: int, fps: float, container: Any, stream: Any, fail: Any
+) -> int:
+    """The file-level truncation checks; decodes from the last keyframe to the end and
+    returns how many frames that took."""
+    import av
+
+    count = len(packets.times)
+    if packets.indexed and count < packets.indexed:
+        fail(
+            "truncated",
+            f"demuxed {count} packets but the container's index lists {packets.indexed}; "
+            f"the file ({size:,} bytes) was cut short",
+        )
+        return 0
+    if packets.last_end_byte > size:
+        fail(
+            "truncated",
+            f"the last packet ends at byte {packets.last_end_byte:,} but the file has "
+            f"{size:,} bytes",
+        )
+        return 0
+    if packets.times and packets.stream_end is not None:
+        reached = packets.times[-1] + 1.0 / fps
+        if reached < packets.stream_end - GAP_FRAMES / fps:
+            fail(
+                "truncated",
+                f"frames reach {reached:.3f}s but the stream's duration says "
+                f"{packets.stream_end:.3f}s",
+            )
+            return 0
+    if packets.last_keyframe_pts is None:
+        return 0
+    container.seek(packets.last_keyframe_pts, stream=stream, backward=True, any_frame=False)
+    decoded, last = 0, None
+    try:
+        for frame in container.decode(stream):
+            decoded += 1
+            if frame.pts is not None:
+                last = frame.pts if last is None else max(last, frame.pts)
+    except av.error.FFmpegError as exc:
+        fail("truncated", f"the last frames do not decode: {exc}")
+        return decoded
+    if last != packets.last_pts:
+        tb = stream.time_base
+        shown = "none" if last is None else f"{seconds(last, tb):.3f}s"
+        fail(
+            "truncated",
+            f"the last frame ({seconds(packets.last_pts, tb):.3f}s) does not decode "
+            f"(the last decoded frame is at {shown})",
+        )
+    return decoded
+
+
+def _check_clip(clip: _Clip, packets: _Packets, fps: float) -> Iterable[tuple[str, str]]:
+    """``(check, detail)`` for each check the clip's frames fail."""
+    period, half = 1.0 / fps, 0.5 / fps
+    start, stop, length = clip.from_timestamp, clip.to_timestamp, clip.episode.length
+    span = (stop - start) * fps
+    if abs(span - length) > 0.5:
+        yield (
+            "table_span",
+            f"from_timestamp={start:g}s to to_timestamp={stop:g}s spans {span:.2f} frames at "
+            f"{fps:g} fps but length={length}; fix meta/episodes",
+        )
+    times = packets.times
+    lo, hi = bisect.bisect_left(times, start - half), bisect.bisect_left(times, stop - half)
+    frames = times[lo:hi]
+    if len(frames) != length:
+        yield (
+            "frame_count",
+            f"the video has {len(frames)} frames in [{start:g}s, {stop:g}s) but length={length}",
+        )
+    if not frames:
+        return
+    if frames[0] > start + half:
+        yield (
+            "first_timestamp",
+            f"the first frame is at {frames[0]:.4f}s, from_timestamp={start:g}s "
+            f"({(frames[0] - start) * fps:.2f} frames late)",
+        )
+    want_last = stop - period
+    if abs(frames[-1] - want_last) > half:
+        yield (
+            "last_timestamp",
+            f"the last frame is at {frames[-1]:.4f}s, to_timestamp - 1/fps={want_last:.4f}s "
+            f"({(frames[-1] - want_last) * fps:+.2f} frames)",
+        )
+    steps = [(b - a, a, b) for a, b in zip(frames, frames[1:], strict=False)]
+    gaps = [s for s in steps if s[0] > GAP_FRAMES * period]
+    if gaps:
+        _, a, b = gaps[0]
+        yield (
+            "gap",
+            f"{len(gaps)} gap(s) longer than {GAP_FRAMES:g} frames; the first has no frame "
+            f"between {a:.4f}s and {b:.4f}s ({(b - a) * fps - 1:.0f} frame(s) missing)",
+        )
+    repeats = [a for step, a, _ in steps if step < 1e-6]
+    if repeats:
+        yield "monotonic", f"{len(repeats)} frame(s) share a time, the first at {repeats[0]:.4f}s"
+    dts = [d for d, pts in packets.decode_times if start - half <= pts < stop - half]
+    backwards = [b for a, b in zip(dts, dts[1:], strict=False) if b <= a]
+    if backwards:
+        yield (
+            "monotonic",
+            f"{len(backwards)} packet(s) do not advance the decode time, the first at "
+            f"dts {backwards[0]:.4f}s",
+        )
