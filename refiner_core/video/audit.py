@@ -11,11 +11,12 @@ camera the checks are:
 ``gap``              no two consecutive frames lie more than ``GAP_FRAMES / fps`` apart
 ``monotonic``        decode timestamps increase and no two frames share a time
 ``table_span``       ``(to_timestamp - from_timestamp) * fps`` equals ``length``
+``overlap``          no two episodes of one file claim the same frames
 
-and per file: ``missing`` (no such file), ``unreadable`` (not a video), ``truncated`` (fewer
-packets than the container's index lists, a packet reaching past the end of the file, the
-stream's duration not reached, or the last frame not decoding: the only frames decoded are
-those from the file's last keyframe on).
+and per file: ``missing`` (no such file), ``unreadable`` (not a video), ``truncated`` (an MP4
+box reaching past the end of the file, fewer packets than the container's index lists, a
+packet reaching past the end of the file, the stream's duration not reached, or the last
+frame not decoding: the only frames decoded are those from the file's last keyframe on).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from ..io.datafile import resolve
 from ..sources.lerobot_meta import Episode, load_meta
+from .boxes import box_overrun
 from .container import open_video, seconds
 
 # Consecutive frames further apart than this many frame periods are a gap: one missing
@@ -35,6 +37,8 @@ from .container import open_video, seconds
 GAP_FRAMES = 1.5
 # Files demuxed at once; the work is mostly waiting on reads (ranged requests on S3).
 DEFAULT_WORKERS = 8
+# Reads while walking an MP4's top-level boxes: each needs only a 16-byte header.
+_BOX_READ_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,10 @@ def _check_file(
     except FileNotFoundError:
         fail("missing", "the video file does not exist; re-encode or restore it")
         return result
+    with fs.open(path, "rb", block_size=_BOX_READ_BYTES) as handle:
+        overrun = box_overrun(handle, size)
+    if overrun:
+        fail("truncated", f"{overrun}; re-encode or restore the file")
     try:
         with open_video(url, storage_options) as (container, stream):
             packets = _demux(container, stream)
@@ -175,13 +183,31 @@ def _check_file(
         fail("missing", "the video file does not exist; re-encode or restore it")
         return result
     except ValueError as exc:
-        check = "truncated" if _is_eof(exc.__cause__) else "unreadable"
-        fail(check, f"{size:,} bytes that do not open as a video ({exc.__cause__ or exc})")
+        if not overrun:
+            check = "truncated" if _is_eof(exc.__cause__) else "unreadable"
+            fail(check, f"{size:,} bytes that do not open as a video ({exc.__cause__ or exc})")
         return result
     for clip in clips:
         for check, detail in _check_clip(clip, packets, fps):
             fail(check, detail, (clip.episode.index,))
+    for before, after in _overlaps(clips, fps):
+        fail(
+            "overlap",
+            f"episode {before.episode.index} [{before.from_timestamp:g}s, "
+            f"{before.to_timestamp:g}s) and episode {after.episode.index} "
+            f"[{after.from_timestamp:g}s, {after.to_timestamp:g}s) claim the same frames; "
+            "fix their timestamps in meta/episodes",
+            (before.episode.index, after.episode.index),
+        )
     return result
+
+
+def _overlaps(clips: list[_Clip], fps: float) -> Iterable[tuple[_Clip, _Clip]]:
+    """Neighbouring clips of one file whose ranges share more than half a frame."""
+    ordered = sorted(clips, key=lambda c: (c.from_timestamp, c.episode.index))
+    for before, after in zip(ordered, ordered[1:], strict=False):
+        if after.from_timestamp < before.to_timestamp - 0.5 / fps:
+            yield before, after
 
 
 def _is_eof(error: BaseException | None) -> bool:
