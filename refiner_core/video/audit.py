@@ -21,11 +21,12 @@ frame not decoding: the only frames decoded are those from the file's last keyfr
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..io.datafile import resolve
 from ..sources.lerobot_meta import Episode, load_meta
@@ -144,10 +145,10 @@ def verify_video(
 
 @dataclass(frozen=True)
 class _Packets:
-    """A file's packets: presentation times sorted, and decode times in file order."""
+    """A file's packets: presentation times (seconds, sorted) and the decode-order faults."""
 
-    times: list[float]
-    decode_times: list[tuple[float, float]]  # (dts, pts) seconds, decode order
+    times: np.ndarray
+    backwards: np.ndarray  # (pts, dts) seconds of packets whose dts does not advance
     indexed: int  # packets the container's index lists (0 when unknown)
     stream_end: float | None
     last_end_byte: int
@@ -217,35 +218,43 @@ def _is_eof(error: BaseException | None) -> bool:
 
 
 def _demux(container: Any, stream: Any) -> _Packets:
+    """One pass over the file's packets; only their fields are kept, as arrays."""
     import av
 
-    tb = stream.time_base
-    times: list[float] = []
-    decode_times: list[tuple[float, float]] = []
-    last_end_byte = 0
-    last_keyframe = last_pts = None
+    pts: list[int] = []
+    dts: list[int | None] = []
+    ends: list[int] = []
+    keyframes: list[int] = []
     try:
         for packet in container.demux(stream):
-            if packet.pts is None or packet.size == 0:
+            at, size = packet.pts, packet.size
+            if at is None or not size:
                 continue  # the flush packet at the end
-            at = seconds(packet.pts, tb)
-            times.append(at)
-            if packet.dts is not None:
-                decode_times.append((seconds(packet.dts, tb), at))
-            if packet.pos is not None and packet.pos >= 0:
-                last_end_byte = max(last_end_byte, packet.pos + packet.size)
-            if packet.is_keyframe and (last_keyframe is None or packet.pts > last_keyframe):
-                last_keyframe = packet.pts
-            if last_pts is None or packet.pts > last_pts:
-                last_pts = packet.pts
+            pts.append(at)
+            dts.append(packet.dts)
+            position = packet.pos
+            if position is not None and position >= 0:
+                ends.append(position + size)
+            if packet.is_keyframe:
+                keyframes.append(at)
     except av.error.FFmpegError as exc:
-        raise ValueError(f"demuxing stopped after {len(times)} packets") from exc
-    end = None if stream.duration is None else seconds(stream.duration, tb)
+        raise ValueError(f"demuxing stopped after {len(pts)} packets") from exc
+    tb = float(stream.time_base)
+    shown = np.asarray(pts, np.float64) * tb
+    decoded = np.asarray(dts, np.float64) * tb  # None (no dts) becomes NaN
+    order = np.flatnonzero(~np.isnan(decoded))
+    stuck = order[1:][np.diff(decoded[order]) <= 0]
+    end = None if stream.duration is None else stream.duration * tb
     if end is not None and stream.start_time is not None:
-        end += seconds(stream.start_time, tb)
-    times.sort()
+        end += stream.start_time * tb
     return _Packets(
-        times, decode_times, int(stream.frames or 0), end, last_end_byte, last_keyframe, last_pts
+        np.sort(shown),
+        np.stack([shown[stuck], decoded[stuck]], axis=1),
+        int(stream.frames or 0),
+        end,
+        max(ends, default=0),
+        max(keyframes, default=None),
+        max(pts, default=None),
     )
 
 
@@ -271,7 +280,7 @@ def _check_end(
             f"{size:,} bytes",
         )
         return 0
-    if packets.times and packets.stream_end is not None:
+    if len(packets.times) and packets.stream_end is not None:
         reached = packets.times[-1] + 1.0 / fps
         if reached < packets.stream_end - GAP_FRAMES / fps:
             fail(
@@ -315,14 +324,14 @@ def _check_clip(clip: _Clip, packets: _Packets, fps: float) -> Iterable[tuple[st
             f"{fps:g} fps but length={length}; fix meta/episodes",
         )
     times = packets.times
-    lo, hi = bisect.bisect_left(times, start - half), bisect.bisect_left(times, stop - half)
+    lo, hi = np.searchsorted(times, [start - half, stop - half])
     frames = times[lo:hi]
     if len(frames) != length:
         yield (
             "frame_count",
             f"the video has {len(frames)} frames in [{start:g}s, {stop:g}s) but length={length}",
         )
-    if not frames:
+    if not len(frames):
         return
     if frames[0] > start + half:
         yield (
@@ -337,23 +346,24 @@ def _check_clip(clip: _Clip, packets: _Packets, fps: float) -> Iterable[tuple[st
             f"the last frame is at {frames[-1]:.4f}s, to_timestamp - 1/fps={want_last:.4f}s "
             f"({(frames[-1] - want_last) * fps:+.2f} frames)",
         )
-    steps = [(b - a, a, b) for a, b in zip(frames, frames[1:], strict=False)]
-    gaps = [s for s in steps if s[0] > GAP_FRAMES * period]
-    if gaps:
-        _, a, b = gaps[0]
+    steps = np.diff(frames)
+    gaps = np.flatnonzero(steps > GAP_FRAMES * period)
+    if len(gaps):
+        a, b = frames[gaps[0]], frames[gaps[0] + 1]
         yield (
             "gap",
             f"{len(gaps)} gap(s) longer than {GAP_FRAMES:g} frames; the first has no frame "
             f"between {a:.4f}s and {b:.4f}s ({(b - a) * fps - 1:.0f} frame(s) missing)",
         )
-    repeats = [a for step, a, _ in steps if step < 1e-6]
-    if repeats:
-        yield "monotonic", f"{len(repeats)} frame(s) share a time, the first at {repeats[0]:.4f}s"
-    dts = [d for d, pts in packets.decode_times if start - half <= pts < stop - half]
-    backwards = [b for a, b in zip(dts, dts[1:], strict=False) if b <= a]
-    if backwards:
+    repeats = np.flatnonzero(steps < 1e-6)
+    if len(repeats):
+        first = frames[repeats[0]]
+        yield "monotonic", f"{len(repeats)} frame(s) share a time, the first at {first:.4f}s"
+    stuck = packets.backwards
+    stuck = stuck[(stuck[:, 0] >= start - half) & (stuck[:, 0] < stop - half)]
+    if len(stuck):
         yield (
             "monotonic",
-            f"{len(backwards)} packet(s) do not advance the decode time, the first at "
-            f"dts {backwards[0]:.4f}s",
+            f"{len(stuck)} packet(s) do not advance the decode time, the first at "
+            f"dts {stuck[0, 1]:.4f}s",
         )
