@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -32,6 +32,19 @@ from ..io.datafile import resolve
 from ..sources.lerobot_meta import Episode, load_meta
 from .boxes import box_overrun
 from .container import open_video, seconds
+
+Check = Literal[
+    "frame_count",
+    "first_timestamp",
+    "last_timestamp",
+    "gap",
+    "monotonic",
+    "table_span",
+    "overlap",
+    "missing",
+    "unreadable",
+    "truncated",
+]
 
 # Consecutive frames further apart than this many frame periods are a gap: one missing
 # frame makes a 2-period step, while encoder timestamp rounding stays well under 1.5.
@@ -46,7 +59,7 @@ _BOX_READ_BYTES = 4096
 class VideoFailure:
     """One failed check: which episodes and camera, which file, and the numbers."""
 
-    check: str
+    check: Check
     camera: str
     file: str
     episodes: tuple[int, ...]
@@ -162,7 +175,7 @@ def _check_file(
     result = _FileResult()
     indexes = tuple(c.episode.index for c in clips)
 
-    def fail(check: str, detail: str, episodes: tuple[int, ...] = indexes) -> None:
+    def fail(check: Check, detail: str, episodes: tuple[int, ...] = indexes) -> None:
         result.failures.append(VideoFailure(check, camera, url, episodes, detail))
 
     fs, path = resolve(url, storage_options)
@@ -312,7 +325,7 @@ def _check_end(
     return decoded
 
 
-def _check_clip(clip: _Clip, packets: _Packets, fps: float) -> Iterable[tuple[str, str]]:
+def _check_clip(clip: _Clip, packets: _Packets, fps: float) -> Iterable[tuple[Check, str]]:
     """``(check, detail)`` for each check the clip's frames fail."""
     period, half = 1.0 / fps, 0.5 / fps
     start, stop, length = clip.from_timestamp, clip.to_timestamp, clip.episode.length
