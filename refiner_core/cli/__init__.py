@@ -102,7 +102,10 @@ def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_fai
     if lerobot_version(out, storage_options):
         from ..video import verify_video
 
-        audit = verify_video(out, storage_options=storage_options)
+        try:
+            audit = verify_video(out, storage_options=storage_options)
+        except ValueError as exc:  # meta/ that cannot be read: it names the file and the fix
+            raise click.ClickException(str(exc)) from exc
         err = Console(stderr=True, highlight=False, soft_wrap=True)
         print_video_audit(audit, console, err, limit=max_failures)
         if not audit.ok:

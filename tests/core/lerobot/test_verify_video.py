@@ -3,6 +3,7 @@ made by editing the real files: the MP4s, the episodes table, the file tree."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -198,6 +199,19 @@ def test_the_cli_exits_1_naming_episode_and_camera(dataset):
     assert failed.exit_code == 1
     assert f"episode 2, camera {FRONT}, {video_of(dataset, FRONT)}: frame_count" in failed.output
     assert "FAILED: 2 problem(s)" in failed.output
+
+
+def test_the_cli_names_a_dataset_version_it_cannot_check(dataset):
+    path = f"{dataset}/meta/info.json"
+    with open(path) as f:
+        info = json.load(f)
+    info["codebase_version"] = "v2.0"
+    with open(path, "w") as f:
+        json.dump(info, f)
+    result = CliRunner().invoke(main, ["verify", dataset])
+    assert result.exit_code == 1
+    assert "codebase_version='v2.0'" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_a_dataset_on_s3_is_read_in_ranges(tmp_path, s3_bucket, s3_proxy):
