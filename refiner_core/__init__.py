@@ -29,7 +29,7 @@ from .sources import MAX_SHARDS, ItemsSource, JsonlSource, ParquetSource, Shard
 from .sources.base import DEFAULT_TARGET_SHARD_BYTES
 from .sources.committed import UncommittedOutput
 from .sources.lerobot import LeRobotSource, RowsMode
-from .video import ClipNotOnKeyframe, read_clip, read_frames
+from .video import ClipNotOnKeyframe, read_clip, read_frames, verify_video
 
 # Submodules that are public as a whole, besides the names in ``__all__``: integrations
 # such as refiner_dagster import only these and ``__all__``.
@@ -217,4 +217,5 @@ __all__ = [
     "read_lance",
     "read_lerobot",
     "read_parquet",
+    "verify_video",
 ]

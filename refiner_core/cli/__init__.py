@@ -1,7 +1,8 @@
 """The ``refiner`` command: look inside an output folder or dataset version, local or S3.
 
     refiner inspect OUT                     rows, shards, attempts, asset columns, blocks, counters
-    refiner verify OUT                      every reference resolves (exit 1 naming row and column)
+    refiner verify OUT                      every reference resolves (exit 1 naming row and column);
+                                            for a LeRobot dataset, its videos match its episodes
     refiner preview OUT --html report.html  a page with sampled images, block fill and counters
 
 ``OUT`` is a folder a writer wrote to, a Dagster dataset's version folder
@@ -92,10 +93,24 @@ def inspect(out: str, endpoint_url: str | None, options: tuple[str, ...], show_a
 @click.option("--max-failures", default=20, show_default=True, help="Failures listed in full.")
 def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_failures: int) -> None:
     """Check that every blob reference and file path resolves within bounds (and
-    checksums, when references carry them); exit 1 on any failure."""
-    from .verify import verify_output
+    checksums, when references carry them); for a LeRobot dataset, that every episode's
+    video matches its table. Exit 1 on any failure."""
+    from .verify import lerobot_version, print_video_audit, verify_output
 
     console = Console(highlight=False, soft_wrap=True)
+    storage_options = _storage_options(endpoint_url, options) or None
+    if lerobot_version(out, storage_options):
+        from ..video import verify_video
+
+        try:
+            audit = verify_video(out, storage_options=storage_options)
+        except ValueError as exc:  # meta/ that cannot be read: it names the file and the fix
+            raise click.ClickException(str(exc)) from exc
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        print_video_audit(audit, console, err, limit=max_failures)
+        if not audit.ok:
+            sys.exit(1)
+        return
     report = verify_output(_open(out, endpoint_url, options), limit=max_failures)
     checked = (
         f"{report.rows:,} rows, {report.blobs:,} blob references, {report.paths:,} file paths, "

@@ -5,6 +5,9 @@ at most the block's size); with a ``checksum`` (``"sha256:<hex>"`` or ``"crc32c:
 the range's digest must match. A path cell must name an existing file. The table files
 the summary lists must exist too. Block sizes are looked up once per block.
 
+A LeRobot dataset (``meta/info.json`` with a ``codebase_version``) is checked with
+:func:`refiner_core.verify_video` instead: every episode's video against its table.
+
 Example:
     >>> import os, tempfile, refiner_core as mdr
     >>> from refiner_core.cli.storage import open_output
@@ -21,13 +24,20 @@ Example:
 
 from __future__ import annotations
 
+import json
+import posixpath
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..io.checksum import CHECKSUM_ALGORITHMS, checksum_of
 from ..io.datafile import resolve
 from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..video.audit import VideoAudit
 
 
 @dataclass
@@ -145,3 +155,32 @@ def verify_output(output: StoredOutput, *, limit: int = 20) -> VerifyReport:
     if expected is not None and output.format != "lance" and report.rows != expected:
         report.fail(f"the table has {report.rows} rows; the summary says {expected}")
     return report
+
+
+def lerobot_version(root: str, storage_options: dict[str, Any] | None) -> str | None:
+    """The ``codebase_version`` in ``root``'s ``meta/info.json``; ``None`` when ``root`` is
+    not a LeRobot dataset."""
+    fs, base = resolve(root, storage_options)
+    try:
+        with fs.open(posixpath.join(base, "meta", "info.json"), "rb") as f:
+            info = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+    version = info.get("codebase_version") if isinstance(info, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def print_video_audit(audit: VideoAudit, out: Console, err: Console, limit: int = 20) -> None:
+    """Print what ``verify_video`` checked, or its failures (the first ``limit``) on ``err``."""
+    checked = (
+        f"{audit.clips:,} episode videos in {audit.files:,} files, {audit.packets:,} packets, "
+        f"{audit.frames_decoded:,} frames decoded"
+    )
+    if audit.ok:
+        out.print(f"[green]OK[/green]: {checked} checked in {audit.root}")
+        return
+    err.print(f"[red]FAILED[/red]: {len(audit.failures):,} problem(s) in {audit.root} ({checked})")
+    for failure in audit.failures[:limit]:
+        err.print(f"  {failure}", markup=False)
+    if len(audit.failures) > limit:
+        err.print(f"  ... {len(audit.failures) - limit:,} more")

@@ -95,3 +95,11 @@ def test_episode_clips_remux_to_lerobots_frames(recorded):
     assert [float(a.mean()) for _, a in decoded] == pytest.approx(
         [f["pixel"] for f in want], abs=1.0
     )
+
+
+@pytest.mark.timeout(3600)
+def test_verify_video_passes_on_lerobots_dataset(recorded):
+    root, expected = recorded
+    audit = mdr.verify_video(root)
+    assert audit.ok, [str(f) for f in audit.failures]
+    assert (audit.clips, audit.packets) == (3, len(expected))
