@@ -18,8 +18,8 @@ Example:
     >>> stats = ListingStats()
     >>> [p for p, _ in iter_files_after(root, "2024/02/b.parquet", stats=stats)]
     ['2024/03/c.parquet']
-    >>> stats.entries  # the root, 2024/ and 2024/03/: folders 01 and 02 are never opened
-    3
+    >>> stats.entries  # the root, 2024/, 02/ (it holds the key) and 03/; 01/ is never opened
+    4
 """
 
 from __future__ import annotations
