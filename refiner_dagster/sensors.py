@@ -62,6 +62,8 @@ import dagster as dg
 
 from refiner_core.io import full_url
 
+from .ordered_cursor import ORDERED_CURSOR_VERSION, OrderedCursor, run_pass
+from .ordered_listing import iter_files_after
 from .storage import s3_storage_options
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
 
 CURSOR_VERSION = 2
 DEFAULT_LOOKBACK_SECONDS = 600.0
+DEFAULT_FULL_SCAN_EVERY = 120
 SOURCE_PATH_TAG = "refiner/source_path"
 SOURCE_URL_TAG = "refiner/source_url"
 SOURCE_VERSION_TAG = "refiner/source_version"
@@ -132,6 +135,10 @@ class SourceCursor:
                 f"sensor cursor is not JSON ({exc}); reset the cursor in the Dagster UI "
                 "(sensor page, 'Set cursor value') to an empty string to rescan the folder"
             ) from exc
+        if isinstance(data, dict) and data.get("v") == ORDERED_CURSOR_VERSION:
+            # Back from names_ordered=True: requests again what its passes may not have seen.
+            times = [t for _, t in OrderedCursor.from_json(data).passes]
+            return cls(mark=min(times) if times else None)
         if not isinstance(data, dict) or data.get("v") not in (1, CURSOR_VERSION):
             raise ValueError(
                 f"sensor cursor {raw[:80]!r} is not a version-{CURSOR_VERSION} refiner cursor; "
@@ -258,6 +265,8 @@ def build_source_sensor(
     max_files_per_tick: int = 100,
     min_age_seconds: float = 0.0,
     lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
+    names_ordered: bool = False,
+    full_scan_every: int = DEFAULT_FULL_SCAN_EVERY,
     partitions_def: dg.DynamicPartitionsDefinition | None = None,
     run_config_fn: Callable[[SourceFile], Mapping[str, Any]] | None = None,
     tags: Mapping[str, str] | None = None,
@@ -283,6 +292,15 @@ def build_source_sensor(
         lookback_seconds: How far before the watermark modifications are still looked
             for (uploads that finish after newer ones, clock skew); kept above
             ``min_age_seconds``.
+        names_ordered: New files get names that sort after the files before them
+            (timestamps, sequence numbers, date folders such as ``2024/06/01/``). Each
+            tick then lists only the names after the last one seen (S3 ``StartAfter``,
+            a walk that skips folders already passed) and the cursor stays a few keys
+            long; a file that lands under a lower name, or an overwritten file, is
+            found by the next full scan (see ``full_scan_every``).
+        full_scan_every: With ``names_ordered``, every this many ticks the whole
+            folder is listed again to find files that landed under a name lower than
+            the last one seen (at most this many ticks late: 120 ticks of 30 s is an hour).
         partitions_def: If given, each file's relative path becomes a dynamic partition
             (added in the same tick) and its run targets that partition.
         run_config_fn: Builds each run's config from its :class:`SourceFile`.
@@ -312,14 +330,20 @@ def build_source_sensor(
         raise ValueError(f"sensor {name!r}: the DynamicPartitionsDefinition needs a name=")
     options = dict(storage_options or {})
     extra_tags = dict(tags or {})
+    if isinstance(full_scan_every, bool) or not isinstance(full_scan_every, int):
+        raise ValueError(f"full_scan_every must be a positive integer, got {full_scan_every!r}")
+    if full_scan_every <= 0:
+        raise ValueError(f"full_scan_every must be a positive integer, got {full_scan_every!r}")
     lookback = max(float(lookback_seconds), float(min_age_seconds) * 2 + 60)
 
     def evaluate(context: dg.SensorEvaluationContext, **resources: Any) -> dg.SensorResult:
-        cursor = SourceCursor.parse(context.cursor)
         fs_options = dict(options)
         if s3_resource_key is not None:
             s3 = resources.get(s3_resource_key) or getattr(context.resources, s3_resource_key)
             fs_options = {**s3_storage_options(s3), **options}
+        if names_ordered:
+            return _ordered_tick(context, fs_options)
+        cursor = SourceCursor.parse(context.cursor)
         files = list_source_files(
             url, pattern=pattern, storage_options=fs_options, min_age_seconds=min_age_seconds
         )
@@ -333,12 +357,8 @@ def build_source_sensor(
                 continue
             if floor is not None and source.modified is not None and source.modified < floor:
                 continue  # before the lookback window: requested by an earlier tick
-            if partitions_def is not None and any(p in source.path for p in _BAD_PARTITION_PARTS):
+            if _unusable_partition(context, source):
                 # Logged once per version; a bad name must not fail every tick.
-                context.log.warning(
-                    f"skipping {source.url}: its path {source.path!r} cannot be a Dagster "
-                    f"partition key (it contains '...' or a control character); rename the file"
-                )
                 seen[source.path] = source.version
                 continue
             if len(requested) >= max_files_per_tick:
@@ -347,24 +367,77 @@ def build_source_sensor(
             requested.append(source)
         known = {p for p in cursor.recent if p in seen}
         new_keys = [f.path for f in requested if f.path not in known]
-        run_requests = []
         for source in requested:
             seen[source.path] = source.version
-            run_requests.append(
-                dg.RunRequest(
-                    run_key=source.run_key,
-                    run_config=dict(run_config_fn(source)) if run_config_fn else None,
-                    tags={
-                        **extra_tags,
-                        SOURCE_PATH_TAG: source.path,
-                        SOURCE_URL_TAG: source.url,
-                        SOURCE_VERSION_TAG: source.version,
-                        SOURCE_SIZE_TAG: str(source.size),
-                    },
-                    partition_key=source.path if partitions_def is not None else None,
-                )
-            )
         next_cursor = _next_cursor(cursor, files, seen, requested, truncated, lookback)
+        return _result(context, requested, new_keys, truncated, next_cursor.dumps())
+
+    def _ordered_tick(context: dg.SensorEvaluationContext, fs_options: dict) -> dg.SensorResult:
+        from fsspec.core import url_to_fs
+
+        cursor = _parse_ordered(context.cursor)
+        fs, _ = url_to_fs(url, **fs_options)
+
+        def make_source(relpath: str, info: dict[str, Any]) -> SourceFile | None:
+            if not fnmatch.fnmatch(relpath, pattern):
+                return None
+            source = SourceFile(
+                path=relpath,
+                url=full_url(fs, info["path"]),
+                size=int(info.get("size") or 0),
+                version=_content_version(fs, info["path"], info),
+                modified=_modified_at(info),
+            )
+            return None if _unusable_partition(context, source) else source
+
+        result = run_pass(
+            cursor,
+            list_after=lambda after: iter_files_after(url, after, storage_options=fs_options),
+            make_source=make_source,
+            max_files=max_files_per_tick,
+            full_scan_every=full_scan_every,
+            lookback=lookback,
+            min_age=float(min_age_seconds),
+            now=time.time(),
+        )
+        if result.full_scan:
+            context.log.info(f"full scan of {url} (every {full_scan_every} ticks)")
+        requested = result.requested
+        # Adding a partition that exists is a no-op, so every requested path is added.
+        new_keys = [f.path for f in requested]
+        return _result(context, requested, new_keys, result.truncated, result.cursor.dumps())
+
+    def _unusable_partition(context: dg.SensorEvaluationContext, source: SourceFile) -> bool:
+        if partitions_def is None or not any(p in source.path for p in _BAD_PARTITION_PARTS):
+            return False
+        context.log.warning(
+            f"skipping {source.url}: its path {source.path!r} cannot be a Dagster "
+            f"partition key (it contains '...' or a control character); rename the file"
+        )
+        return True
+
+    def _result(
+        context: dg.SensorEvaluationContext,
+        requested: list[SourceFile],
+        new_keys: list[str],
+        truncated: bool,
+        next_cursor: str,
+    ) -> dg.SensorResult:
+        run_requests = [
+            dg.RunRequest(
+                run_key=source.run_key,
+                run_config=dict(run_config_fn(source)) if run_config_fn else None,
+                tags={
+                    **extra_tags,
+                    SOURCE_PATH_TAG: source.path,
+                    SOURCE_URL_TAG: source.url,
+                    SOURCE_VERSION_TAG: source.version,
+                    SOURCE_SIZE_TAG: str(source.size),
+                },
+                partition_key=source.path if partitions_def is not None else None,
+            )
+            for source in requested
+        ]
         if requested:
             context.log.info(
                 f"{len(requested)} new or changed file(s) under {url}"
@@ -378,7 +451,7 @@ def build_source_sensor(
         return dg.SensorResult(
             run_requests=run_requests,
             dynamic_partitions_requests=partition_requests or None,
-            cursor=next_cursor.dumps(),
+            cursor=next_cursor,
             skip_reason=None
             if run_requests
             else dg.SkipReason(f"no new or changed files under {url}"),
@@ -395,6 +468,18 @@ def build_source_sensor(
         description=description
         or f"Requests a run for every new or changed file matching {pattern!r} under {url}.",
     )
+
+
+def _parse_ordered(raw: str | None) -> OrderedCursor:
+    """The cursor of an ordered sensor; a modification-time cursor (v1, v2) is carried over."""
+    if raw:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and data.get("v") == ORDERED_CURSOR_VERSION:
+            return OrderedCursor.from_json(data)
+    return OrderedCursor.from_watermark(SourceCursor.parse(raw).mark)
 
 
 def _next_cursor(

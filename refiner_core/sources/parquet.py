@@ -26,6 +26,10 @@ from .files import expand_inputs
 from .parquet_reads import FileRows, iter_row_range_batches
 from .row_ranges import RowSpan, ShardHint, cut_to_target, split_pieces, wanted_shards
 
+FOOTER_READ_THREADS = 16
+"""Footers read at once while planning: a folder of many small files is planned at the
+pace of this many concurrent reads (latency-bound on object stores)."""
+
 
 class ParquetSource:
     """Reads Parquet files; one shard is a run of row groups of about ``target_shard_bytes``
@@ -90,7 +94,7 @@ class ParquetSource:
             uncommitted=self.uncommitted,
             version=self.version,
         )
-        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(FOOTER_READ_THREADS, len(files)))) as pool:
             metas = list(pool.map(lambda fp: self._metadata(*fp), files))
         self._schema = metas[0].schema.to_arrow_schema()
         if self.columns is not None:

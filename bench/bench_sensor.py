@@ -1,0 +1,167 @@
+"""Benchmark: one source-sensor tick after 100 new files land among many existing ones.
+
+For each size (existing files) and store (local folder, moto S3 behind the recording
+proxy), a first tick takes in the existing files, 100 new files land (names after the
+existing ones), and the second tick is measured: its time, peak Python memory
+(tracemalloc), cursor bytes and LIST requests (S3). Both sensors run: the baseline
+lists the whole folder every tick (``names_ordered=False``), the other resumes after
+the last name seen (``names_ordered=True``)::
+
+    python bench/bench_sensor.py                      # 10,000 and 100,000 files
+    python bench/bench_sensor.py --sizes 10000 --stores local
+    python bench/bench_sensor.py --million            # adds 1,000,000 (local)
+
+Existing S3 objects are put straight into the in-process moto store (100,000 PUTs over
+HTTP would take about 20 minutes on moto); every listing goes over HTTP. Target: the
+ordered tick reads one LIST page and takes under 1 s at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import dagster as dg  # noqa: E402
+import s3fs  # noqa: E402
+
+from refiner_dagster.sensors import build_source_sensor  # noqa: E402
+from tests.s3_server import S3Proxy, dummy_aws_env, start_moto  # noqa: E402
+
+NEW = 100
+
+
+@dg.asset
+def refreshed() -> None:
+    """The asset the sensor's runs target."""
+
+
+def _name(i: int) -> str:
+    return f"day{i // 1000:04d}/f{i:07d}.parquet"
+
+
+def _tick(sensor: dg.SensorDefinition, cursor: str | None) -> tuple[str, int, float, int]:
+    tracemalloc.start()
+    started = time.perf_counter()
+    result = sensor(dg.build_sensor_context(cursor=cursor))
+    elapsed = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return result.cursor, len(result.run_requests or []), elapsed, peak
+
+
+def _measure(url: str, options: dict, ordered: bool, existing: int, add_new, proxy) -> dict:
+    sensor = build_source_sensor(
+        name="bench",
+        url=url,
+        target=[refreshed],
+        storage_options=options,
+        max_files_per_tick=existing + NEW,
+        names_ordered=ordered,
+    )
+    cursor, first, _, _ = _tick(sensor, None)
+    assert first == existing, (first, existing)
+    add_new()
+    if proxy is not None:
+        proxy.clear()
+    cursor, found, elapsed, peak = _tick(sensor, cursor)
+    assert found == NEW, found
+    return {
+        "tick_s": round(elapsed, 3),
+        "peak_mib": round(peak / 2**20, 1),
+        "cursor_bytes": len(cursor.encode()),
+        "list_requests": len(proxy.records("ListObjects")) if proxy is not None else None,
+    }
+
+
+def bench_local(existing: int, ordered: bool, new_from: int) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="bench-sensor-"))
+    try:
+        for i in range(existing):
+            path = root / _name(i)
+            if i % 1000 == 0:
+                path.parent.mkdir()
+            path.write_bytes(b"x")
+
+        def add_new() -> None:
+            for i in range(new_from, new_from + NEW):
+                (root / _name(i)).parent.mkdir(exist_ok=True)
+                (root / _name(i)).write_bytes(b"x")
+
+        return _measure(str(root), {}, ordered, existing, add_new, None)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_s3(moto, existing: int, ordered: bool, new_from: int) -> dict:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    bucket = moto.create_bucket("bench-sensor")
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+    for i in range(existing):
+        backend.put_object(bucket, "drops/" + _name(i), b"x")
+    try:
+        with S3Proxy(moto.endpoint_url) as proxy:
+            s3fs.S3FileSystem.clear_instance_cache()
+            options = proxy.storage_options()
+            fs = s3fs.S3FileSystem(**moto.storage_options(), skip_instance_cache=True)
+
+            def add_new() -> None:
+                fs.pipe(
+                    {f"{bucket}/drops/{_name(i)}": b"x" for i in range(new_from, new_from + NEW)}
+                )
+
+            return _measure(f"s3://{bucket}/drops", options, ordered, existing, add_new, proxy)
+    finally:
+        for key in list(backend.get_bucket(bucket).keys.keys()):
+            backend.delete_object(bucket, key)
+        moto.client().delete_bucket(Bucket=bucket)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000", help="existing files, comma-separated")
+    parser.add_argument("--stores", default="local,s3", help="local, s3 or both")
+    parser.add_argument("--million", action="store_true", help="also 1,000,000 files, locally")
+    parser.add_argument("--json", help="write the records to this file")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    stores = args.stores.split(",")
+    os.environ.update(dummy_aws_env())
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    moto = start_moto() if "s3" in stores else None
+    records = []
+    cases = [(s, n) for s in stores for n in sizes] + (
+        [("local", 1_000_000)] if args.million else []
+    )
+    print("| store | existing | sensor | tick s | peak MiB | cursor bytes | LIST requests |")
+    print("|---|---|---|---|---|---|---|")
+    for store, existing in cases:
+        for ordered in (False, True):
+            run = bench_local if store == "local" else lambda *a: bench_s3(moto, *a)
+            record = {"store": store, "existing": existing, "ordered": ordered}
+            record.update(run(existing, ordered, existing))
+            records.append(record)
+            mode = "names_ordered" if ordered else "full listing"
+            print(
+                f"| {store} | {existing:,} | {mode} | {record['tick_s']} | {record['peak_mib']} "
+                f"| {record['cursor_bytes']:,} | {record['list_requests'] or '-'} |",
+                flush=True,
+            )
+    if moto is not None:
+        moto.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    main()
