@@ -6,6 +6,7 @@ from typing import Any
 
 from ...manifests import parse_attempt_key
 from ...validation import check_positive
+from ..fence import Fence
 from ..files import FolderSink
 from ..finalize import FinalizeStage
 from .attempt import STAGE_DIR, LeRobotAttemptWriter
@@ -90,11 +91,13 @@ class LeRobotFinalizeStage(FinalizeStage):
     """The finalization stage of ``write_lerobot``: commits the kept attempts as one
     dataset (see :class:`LeRobotSink`) and deletes the staged episodes of the others."""
 
-    def _remove_orphans(self, keep, rejected, run_id) -> int:
+    def _remove_orphans(self, keep, rejected, run_id, fence: Fence | None = None) -> int:
         removed = 0
         for name in self.sink.folder.listdir(STAGE_DIR):
             key = parse_attempt_key(name)
             if key is not None and key not in keep:
+                if fence is not None:
+                    fence.check()  # each staged attempt is one deletion batch
                 self.sink.folder.rm(f"{STAGE_DIR}/{name}", recursive=True)
                 rejected.add(key)
                 removed += 1
