@@ -430,8 +430,22 @@ class OutputOwnership:
         self.check()
         assert self.record is not None
         self.record = replace(self.record, heartbeat_at=time.time())
+        self._write_record()
+
+    def _write_record(self) -> None:
+        """Write this run's record, then check again: a run paused between its check and
+        the write (SIGSTOP, a long GC) may have lost the folder meanwhile, and then takes
+        back the stale record it just wrote instead of leaving it in the new owner's folder."""
+        assert self.record is not None
+        relative = self._relative(self.record.generation)
         with _WRITING:
-            self.folder.write_bytes(self._relative(self.record.generation), self.record.to_bytes())
+            self.folder.write_bytes(relative, self.record.to_bytes())
+        try:
+            self.lease().check()
+        except OwnershipLost:
+            with contextlib.suppress(OSError):
+                self.folder.rm(relative)
+            raise
 
     def release(self) -> None:
         """Stop heartbeating and mark the record released (a no-op once lost)."""
@@ -444,10 +458,7 @@ class OutputOwnership:
         with contextlib.suppress(OwnershipLost, OSError):
             self.lease().check()
             self.record = replace(self.record, released_at=time.time())
-            with _WRITING:
-                self.folder.write_bytes(
-                    self._relative(self.record.generation), self.record.to_bytes()
-                )
+            self._write_record()
 
     # background heartbeats --------------------------------------------------------------
     def start_heartbeats(self) -> None:

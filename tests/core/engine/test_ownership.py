@@ -100,7 +100,9 @@ def test_heartbeats_keep_a_live_owner_and_a_stale_one_is_taken_over(folder_url):
         assert record.generation == 1 and time.time() - record.heartbeat_at < lease_s
     finally:
         owner.stop_heartbeats()
-    time.sleep(lease_s + 0.5)  # no heartbeat for longer than the lease: stale
+    # no heartbeat for longer than the lease: stale (S3's LastModified, the clock that
+    # judges it, counts whole seconds, so a second more)
+    time.sleep(lease_s + 1.5)
     taker = OutputOwnership(_folder(folder_url), run_id="runbbbb", stale_after_s=lease_s)
     assert taker.acquire().generation == 2
     # the stale owner lost the folder: it may not publish nor heartbeat any more
@@ -178,3 +180,20 @@ def test_a_finalization_does_not_run_while_another_launch_owns_the_folder(tmp_pa
     assert sorted(os.listdir(out)) == before
     holder.release()
     assert sequence.stages[1].run(run_id=stats.run_id)["rows_written"] == 4
+
+
+def test_a_heartbeat_written_after_a_takeover_is_taken_back(tmp_path):
+    """A run paused between its heartbeat's check and its write (SIGSTOP, a long GC)
+    writes its stale record into the new owner's folder: it removes it and fails."""
+    url = (str(tmp_path / "out"), None)
+    owner = OutputOwnership(_folder(url), run_id="runaaaa", stale_after_s=0.2)
+    owner.acquire()
+    time.sleep(0.5)
+    taker = OutputOwnership(_folder(url), run_id="runbbbb", stale_after_s=0.2)
+    assert taker.acquire().generation == 2
+    before = sorted(p.name for p in (tmp_path / "out" / "_refiner" / "owners").iterdir())
+    with pytest.raises(OwnershipLost, match="run runbbbb took it over"):
+        owner._write_record()  # the write that follows a check made before the takeover
+    after = sorted(p.name for p in (tmp_path / "out" / "_refiner" / "owners").iterdir())
+    assert after == before
+    assert current_owner(_folder(url)).run_id == "runbbbb"
