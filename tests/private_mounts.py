@@ -52,8 +52,9 @@ def unshare_command(search_path: str | None = None) -> list[str]:
     if unshare is None or mount is None:
         missing = " and ".join(n for n, p in (("unshare", unshare), ("mount", mount)) if not p)
         raise PrivateMountsUnavailable(
-            f"{missing} not found on PATH: the seed samples run in a private mount namespace, "
-            "which needs util-linux (apt-get install util-linux mount)"
+            f"{missing} not found on PATH: tests that run code at fixed paths (the seed "
+            "samples) use a private mount namespace, which needs util-linux "
+            "(apt-get install util-linux mount)"
         )
     if os.geteuid() == 0:
         return [unshare, "--mount", "--propagation", "private"]
@@ -72,7 +73,7 @@ def check_available(prefix: tuple[str, ...]) -> None:
     if done.returncode != 0:
         raise PrivateMountsUnavailable(
             f"{shlex.join(prefix)} failed ({done.stderr.strip() or done.returncode}): "
-            f"no private mount namespace for the seed samples; {HOW_TO_ENABLE}"
+            f"no private mount namespace for tests that run code at fixed paths; {HOW_TO_ENABLE}"
         )
 
 
