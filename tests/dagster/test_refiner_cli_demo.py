@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 import refiner_core as mdr
 from tests.dagster.test_demo_cli import BIN, DemoHome, demo_home  # noqa: F401
-from tests.dagster.test_webserver_ui import ARTIFACTS, chromium, page_text
+from tests.dagster.test_webserver_ui import chromium, keep_artifact, page_text
 
 FINALIZED = ("episode_dataset", "episode_dataset_repacked", "episodes_with_gap")
 
@@ -98,10 +98,9 @@ def test_preview_page_in_headless_chromium(demo_home: DemoHome, tmp_path: Path) 
     assert "Block fill" in text and f"thumbnail: {len(blocks)} block(s)" in text
     assert "blobs_coalesced" in text and "source blobs copied whole" in text
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "refiner_preview.png"
-    shot.unlink(missing_ok=True)
+    shot = tmp_path / "refiner_preview.png"
     taken = chromium(f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
     assert taken.returncode == 0, taken.stderr[-3000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+    keep_artifact(shot)

@@ -19,7 +19,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -98,49 +98,91 @@ def stop_group(process: subprocess.Popen) -> None:
     process.wait(timeout=STOP_TIMEOUT_S)
 
 
+PORT_ATTEMPTS = 3
+
+
+def start_dagster_dev(
+    home: Path, env: dict[str, str], log: Path, ports: Callable[[], int] = free_port
+) -> tuple[subprocess.Popen, str]:
+    """``dagster dev`` on the demo workspace and instance ``home``, once it answers.
+
+    A free port can be taken by another process (another test session's webserver) before
+    ours binds it: a ``dagster dev`` that then cannot bind, or a server on our port that
+    serves another instance, means a new port, up to ``PORT_ATTEMPTS`` times.
+    """
+    for _ in range(PORT_ATTEMPTS):
+        port = ports()
+        with open(log, "ab") as out:
+            logged = out.tell()
+            process = subprocess.Popen(
+                [str(BIN / "dagster"), "dev", "-w", "workspace.yaml"]
+                + ["-p", str(port), "-h", "127.0.0.1"],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            if _serves(process, base, home, log, logged):
+                return process, base
+        except BaseException:
+            stop_group(process)
+            raise
+        stop_group(process)
+    pytest.fail(f"no free port for dagster dev in {PORT_ATTEMPTS} tries:\n{log.read_text()}")
+
+
+def _serves(process: subprocess.Popen, base: str, home: Path, log: Path, logged: int) -> bool:
+    """True once ``base`` answers for our instance; False if the port is someone else's.
+
+    This ``dagster dev`` logs to ``log`` from byte ``logged`` on.
+    """
+
+    def output() -> str:
+        return log.read_bytes()[logged:].decode(errors="replace")
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        # uvicorn logs a failed bind; dagster dev may keep running without its webserver
+        if "address already in use" in output().lower():
+            return False
+        if process.poll() is not None:
+            pytest.fail(f"dagster dev exited with {process.returncode}:\n{output()}")
+        try:
+            info = json.loads(http_get(f"{base}/server_info"))
+            break
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"dagster dev did not answer in {STARTUP_TIMEOUT_S}s:\n{output()}")
+        time.sleep(0.5)
+    assert info["dagster_webserver_version"] == "1.13.27"
+    # The instance's settings name its folder: tells our server from one on a reused port.
+    return str(home) in (graphql(base, "{ instance { info } }")["instance"]["info"] or "")
+
+
 @pytest.fixture(scope="module")
 def webserver(demo_home: DemoHome, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
-    port = free_port()
     log = tmp_path_factory.mktemp("webserver") / "dagster-dev.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [
-                str(BIN / "dagster"),
-                "dev",
-                "-w",
-                "workspace.yaml",
-                "-p",
-                str(port),
-                "-h",
-                "127.0.0.1",
-            ],
-            cwd=REPO,
-            env=demo_home.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
+    process, base = start_dagster_dev(demo_home.home, demo_home.env, log)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"dagster dev exited with {process.returncode}:\n{log.read_text()}")
-            try:
-                info = json.loads(http_get(f"{base}/server_info"))
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"dagster dev did not answer in {STARTUP_TIMEOUT_S}s:\n{log.read_text()}"
-                )
-            time.sleep(0.5)
-        assert info["dagster_webserver_version"] == "1.13.27"
         yield base
     finally:
         stop_group(process)
     assert process.poll() is not None
+
+
+def keep_artifact(image: Path) -> Path:
+    """Copies ``image`` into ``test-artifacts/`` in one rename, so sessions sharing the
+    checkout never see each other's half-written files."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    staged = ARTIFACTS / f".{image.name}.{os.getpid()}.tmp"
+    shutil.copyfile(image, staged)
+    kept = ARTIFACTS / image.name
+    os.replace(staged, kept)
+    return kept
 
 
 def wait_for_asset_nodes(base: str) -> list[dict]:
@@ -261,10 +303,9 @@ def test_chromium_renders_finalization_metadata(
     assert metadata_value(text, "references_coalesced", "bytes_coalesced") == "24"
     assert "Join the Dagster community" not in text
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "episode_dataset_repacked_finalized.png"
-    shot.unlink(missing_ok=True)
+    shot = tmp_path / "episode_dataset_repacked_finalized.png"
     taken = chromium(f"--screenshot={shot}", url, profile=tmp_path / "profile")
     assert taken.returncode == 0, taken.stderr[-3000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+    keep_artifact(shot)

@@ -1,13 +1,17 @@
-"""Fixtures of the asset tests: the absolute paths the guide's samples use, and write capture."""
+"""Fixtures of the asset tests: the media guide's samples on folders of their own, and
+write capture.
+
+A test that takes ``samples`` runs twice over: in this session the fixture only makes
+two folders and :func:`pytest_pyfunc_call` hands the test to a child pytest in a private
+mount namespace where they are ``/data`` and ``/tmp/out`` (``sample_mounts.py``); in the
+child the fixture writes ``/data/videos.parquet`` (real videos referenced) and the body
+runs. The machine's ``/data`` and ``/tmp/out`` are never written, so test sessions on one
+machine run side by side.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import shutil
-import tempfile
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,88 +21,50 @@ import pytest
 import refiner_core as mdr
 
 from .media import write_videos
+from .sample_mounts import SAMPLE_INPUT, SAMPLE_OUTPUT, SampleMounts, mounted_here, run_in_namespace
 
-SAMPLE_INPUT = Path("/data/videos.parquet")
-SAMPLE_OUTPUT = Path("/tmp/out")
 SAMPLE_EPISODES = 6
-MARKER = {b"refiner-tests": b"seed 000 sample input"}
 
 
-def _ours(path: Path) -> bool:
-    """Whether ``path`` is a sample input an interrupted test session left behind."""
-    try:
-        return (pq.read_schema(path).metadata or {}).get(b"refiner-tests") == MARKER[
-            b"refiner-tests"
-        ]
-    except Exception:
-        return False
-
-
-def _aside(path: Path) -> Path | None:
-    """Move an existing ``path`` out of the way; returns where it went."""
-    if not path.exists() and not path.is_symlink():
-        return None
-    backup = path.with_name(f"{path.name}.refiner-test-backup-{uuid.uuid4().hex[:8]}")
-    path.rename(backup)
-    return backup
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-@pytest.fixture(scope="session")
-def sample_paths(tmp_path_factory):
-    """Creates ``/data/videos.parquet`` (real videos referenced) and frees ``/tmp/out``.
-
-    Whatever was there before is moved aside and put back afterwards; a lock keeps
-    two test sessions on this machine from using the paths at the same time.
-    """
-    lock_path = Path(tempfile.gettempdir()) / "refiner-seed-000-samples.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if SAMPLE_INPUT.is_file() and _ours(SAMPLE_INPUT):
-            SAMPLE_INPUT.unlink()
-            with contextlib.suppress(OSError):
-                SAMPLE_INPUT.parent.rmdir()
-        created_data = not SAMPLE_INPUT.parent.exists()
-        SAMPLE_INPUT.parent.mkdir(parents=True, exist_ok=True)
-        input_backup = _aside(SAMPLE_INPUT)
-        output_backup = _aside(SAMPLE_OUTPUT)
-        try:
-            media = tmp_path_factory.mktemp("sample-media")
-            videos = write_videos(media, SAMPLE_EPISODES)
-            table = pa.table(
-                {
-                    "episode": pa.array(range(SAMPLE_EPISODES), pa.int64()),
-                    "video": pa.array(videos, pa.string()),
-                    "num_frames": pa.array([3] * SAMPLE_EPISODES, pa.int64()),
-                },
-                metadata=MARKER,
-            )
-            pq.write_table(table, SAMPLE_INPUT)
-            yield {"videos": videos, "input": SAMPLE_INPUT, "output": SAMPLE_OUTPUT}
-        finally:
-            _remove(SAMPLE_OUTPUT)
-            _remove(SAMPLE_INPUT)
-            if input_backup is not None:
-                input_backup.rename(SAMPLE_INPUT)
-            if output_backup is not None:
-                output_backup.rename(SAMPLE_OUTPUT)
-            if created_data:
-                with contextlib.suppress(OSError):
-                    os.rmdir(SAMPLE_INPUT.parent)
+def _empty(folder: Path) -> None:
+    """Removes what ``folder`` holds; the folder itself is a mount point and stays."""
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 @pytest.fixture
-def samples(sample_paths):
-    """The sample paths, with ``/tmp/out`` absent before and after the test."""
-    _remove(SAMPLE_OUTPUT)
-    yield sample_paths
-    _remove(SAMPLE_OUTPUT)
+def samples(tmp_path):
+    """``/data/videos.parquet`` (6 real videos referenced) and an empty ``/tmp/out``.
+
+    Outside the namespace: the :class:`SampleMounts` the test's child will see there.
+    """
+    if not mounted_here():
+        yield SampleMounts.under(tmp_path)
+        return
+    videos = write_videos(tmp_path / "sample-media", SAMPLE_EPISODES)
+    table = pa.table(
+        {
+            "episode": pa.array(range(SAMPLE_EPISODES), pa.int64()),
+            "video": pa.array(videos, pa.string()),
+            "num_frames": pa.array([3] * SAMPLE_EPISODES, pa.int64()),
+        }
+    )
+    pq.write_table(table, SAMPLE_INPUT)
+    _empty(SAMPLE_OUTPUT)
+    yield {"videos": videos, "input": SAMPLE_INPUT, "output": SAMPLE_OUTPUT}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Runs a sample test's body in its private mount namespace instead of here."""
+    mounts = pyfuncitem.funcargs.get("samples")
+    if not isinstance(mounts, SampleMounts):
+        return None
+    run_in_namespace(pyfuncitem.nodeid, mounts, pyfuncitem.config.rootpath)
+    return True
 
 
 @pytest.fixture

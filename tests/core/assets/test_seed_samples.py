@@ -1,9 +1,11 @@
 """The code samples of the media assets guide, run as written on generated videos.
 
-The samples use the absolute paths ``/data/videos.parquet`` and ``/tmp/out``; the
-``samples`` fixture creates the first (real ``.y4m`` videos referenced) and clears the
-second. A sample's ``pipeline.write_parquet(...)`` returns a sequence that the sample
-discards; the ``written`` fixture records it so the test can launch it.
+The samples use the absolute paths ``/data/videos.parquet`` and ``/tmp/out``. Each test
+that takes ``samples`` runs in a private mount namespace where those are folders of the
+test (``conftest.py``, ``sample_mounts.py``): there the fixture creates the first (real
+``.y4m`` videos referenced) and empties the second. A sample's
+``pipeline.write_parquet(...)`` returns a sequence that the sample discards; the
+``written`` fixture records it so the test can launch it.
 """
 
 from __future__ import annotations
