@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pyarrow as pa
@@ -255,11 +255,12 @@ class Pipeline:
         return PipelineSequence.for_sink(self, sink)
 
     # running ----------------------------------------------------------------
-    def iter_rows(self) -> Iterator[Row]:
-        """Run in this process and yield rows (no sink; callbacks closed at the end)."""
+    def iter_rows(self) -> Generator[Row, None, None]:
+        """Run in this process and yield rows (no sink; callbacks closed at the end, or
+        when the generator is closed early)."""
         from ..execution.inprocess import iter_rows
 
-        return iter_rows(self)
+        yield from iter_rows(self)
 
     def take(self, n: int) -> list[Row]:
         """The first ``n`` rows, stopping the run as soon as they are there."""
