@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import pyarrow as pa
 
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 
-Block = pa.Table | list[Row]
+Block: TypeAlias = pa.Table | list[Row]
 
 
 @dataclass(frozen=True)
