@@ -24,6 +24,7 @@ import math
 import os
 import posixpath
 import threading
+from types import TracebackType
 from typing import IO, Any
 
 import s3fs
@@ -180,7 +181,12 @@ class BatchedS3File(_STOCK_S3FILE):
     def discard(self) -> None:
         self._fail(None)
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is not None and "r" not in self.mode and not self.closed:
             self._fail(exc)
             return

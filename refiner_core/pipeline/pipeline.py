@@ -15,7 +15,7 @@ from ..execution.watchdog import DEFAULT_PROGRESS_TIMEOUT_S
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
-from ..sources.base import check_shard_ids
+from ..sources.base import Shard, check_shard_ids
 from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
@@ -135,7 +135,7 @@ class Pipeline:
             fields.update(step.fields)
         return fields
 
-    def plan(self, *, workers: int = 1) -> list[Any]:
+    def plan(self, *, workers: int = 1) -> list[Shard]:
         """List this pipeline's shards (reads only metadata), for ``workers`` processes
         sharing them: rows that point at media (asset columns) are cut into enough
         shards to keep every worker busy. Their ids are checked here, before anything
