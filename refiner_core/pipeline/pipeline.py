@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -20,6 +20,9 @@ from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
 from .steps import Step, make_step
+
+if TYPE_CHECKING:  # sequence.py builds on this module
+    from .sequence import PipelineSequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +154,7 @@ class Pipeline:
         return shards
 
     # writers ----------------------------------------------------------------
-    def write(self, format: Format, output: str, **options: Any):
+    def write(self, format: Format, output: str, **options: Any) -> PipelineSequence:
         """Write with the sink registered for ``format`` (parquet, jsonl, lance)."""
         from ..sinks import make_sink
         from .sequence import PipelineSequence
@@ -170,7 +173,7 @@ class Pipeline:
         filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write Parquet files (one per shard attempt) under ``output``; see ``assets=``.
 
         Blocks are gathered into row groups of ``row_group_size`` rows, or fewer where
@@ -196,7 +199,7 @@ class Pipeline:
         filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write JSON Lines files (one per shard attempt) under ``output``."""
         return self.write(
             "jsonl",
@@ -215,7 +218,7 @@ class Pipeline:
         mode: LanceMode = "create",
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write a Lance dataset; fragments are committed once by the finalization stage."""
         return self.write(
             "lance", output, assets=assets, mode=mode, storage_options=storage_options, **legacy
@@ -232,7 +235,7 @@ class Pipeline:
         chunks_size: int = 1000,
         storage_options: dict[str, Any] | None = None,
         clip_storage_options: dict[str, Any] | None = None,
-    ):
+    ) -> PipelineSequence:
         """Write a LeRobot v3.0 dataset from episode rows (one row per episode: ``tasks``,
         a ``video_clip`` per camera, frame data as per-frame lists) or from frame rows
         like ``read_lerobot(root)``'s (consecutive rows of one ``episode_index``); see

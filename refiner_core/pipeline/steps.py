@@ -6,7 +6,7 @@ import asyncio
 import collections
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -217,7 +217,7 @@ class _Window:
     def __len__(self) -> int:
         return len(self.queue) if self.ordered else len(self.pending) + len(self.finished)
 
-    def submit(self, coro) -> None:
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = self._create_task(coro)
         if self.ordered:
             self.queue.append(task)

@@ -40,7 +40,7 @@ class ItemsSource:
         slices = [(i, min(i + n, len(self.items))) for i in range(0, len(self.items), n)]
         return make_shards(slices, source="from_items")
 
-    def schema_hint(self):
+    def schema_hint(self) -> None:
         return None
 
     def read(
