@@ -122,6 +122,7 @@ class SchemaBuilder:
                         f"with dtypes={{{name!r}: ...}}"
                     ) from exc
                 field = pa.field(name, array.type)
+            assert field is not None  # an array built from a field keeps it; others made one
             if not pa.types.is_null(field.type):
                 self.fixed.setdefault(name, field)
             arrays.append(array)

@@ -21,10 +21,13 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:  # numpy is imported at run time only by callers that make arrays
+    from numpy import ndarray as NDArray
 
 _MAX_OFFSET = 2**31 - 1  # list offsets are int32
 
@@ -79,7 +82,7 @@ def plain_values(values: list[Any]) -> list[Any]:
     return _plain_list(values, numpy.ndarray)
 
 
-def _plain_list(values: list[Any] | tuple[Any, ...], ndarray: type) -> Any:
+def _plain_list(values: Iterable[Any], ndarray: type[NDArray]) -> Any:
     out: list[Any] | None = None
     for i, value in enumerate(values):
         plain = _plain(value, ndarray)
@@ -90,7 +93,7 @@ def _plain_list(values: list[Any] | tuple[Any, ...], ndarray: type) -> Any:
     return values if out is None else out
 
 
-def _plain(value: Any, ndarray: type) -> Any:
+def _plain(value: Any, ndarray: type[NDArray]) -> Any:
     if isinstance(value, ndarray):
         if value.ndim == 0:
             return value[()]

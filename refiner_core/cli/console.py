@@ -38,12 +38,12 @@ def _columns_env() -> int | None:
     return value if value > 0 else None
 
 
-def output_console(file: IO[str] | None = None, **options: object) -> Console:
+def output_console(file: IO[str] | None = None) -> Console:
     """A rich console on ``file`` (stdout by default) sized as the module docstring says."""
     stream = file if file is not None else sys.stdout
     if stream.isatty():
-        return Console(file=file, **options)
-    return Console(file=file, width=_columns_env() or UNLIMITED_WIDTH, **options)
+        return Console(file=file)
+    return Console(file=file, width=_columns_env() or UNLIMITED_WIDTH)
 
 
 def whole_width(console: Console, renderable: RenderableType) -> int:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
+from typing import Any
 
 from .blocks import column_blocks, fill_histogram, list_media
 from .counters import counters_of, meaning
 from .inspection import human_bytes
-from .rows import asset_columns, iter_rows, references
+from .rows import Reference, asset_columns, iter_rows, references
 from .storage import StoredOutput
 
 IMAGE_TYPES = {
@@ -52,18 +53,19 @@ def _mime(data: bytes) -> str | None:
     return None
 
 
-def _read(ref, storage_options) -> bytes:
+def _read(ref: Reference, storage_options: dict[str, Any]) -> bytes:
     from ..io.datafile import resolve
 
     fs, path = resolve(ref.path, storage_options if "://" in ref.path else None)
-    if ref.is_blob:
+    if ref.offset is not None:
+        assert ref.size is not None  # a blob reference always carries its range
         return fs.cat_file(path, start=ref.offset, end=ref.offset + ref.size)
     return fs.cat_file(path)
 
 
 def _contact_sheet(output: StoredOutput, sample: int) -> tuple[str, int]:
     columns = [c for c in asset_columns(output) if c.kind == "image" and c.form != "bytes"]
-    cells = []
+    cells: list[str] = []
     for row in iter_rows(output):
         if len(cells) >= sample:
             break

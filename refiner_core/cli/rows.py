@@ -140,10 +140,10 @@ def iter_rows(output: StoredOutput) -> Iterator[TableRow]:
     if output.format == "lance":
         from .. import read_lance
 
-        for file_row, values in enumerate(
+        for file_row, lance_row in enumerate(
             read_lance(output.url, storage_options=output.storage_options or None).iter_rows()
         ):
-            yield TableRow(row, "(lance dataset)", file_row, dict(values))
+            yield TableRow(row, "(lance dataset)", file_row, dict(lance_row))
             row += 1
         return
     read = _jsonl_rows if output.format == "jsonl" else _parquet_rows

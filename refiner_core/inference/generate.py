@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..row import Row
 from .errors import InferenceError, ProviderResponseError, body_excerpt, scrub
 from .providers import Provider, ResponseShapeError, normalize_messages
 from .response import GenerationResponse
@@ -115,7 +116,7 @@ class TextGenerator:
     def timeout(self) -> float:
         return self._transport.timeout
 
-    async def __call__(self, row: Any) -> Any:
+    async def __call__(self, row: Row) -> Any:
         result = self.fn(row, self.generate)
         while inspect.isawaitable(result):
             result = await result

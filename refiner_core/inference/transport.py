@@ -61,7 +61,7 @@ class _LoopState:
     semaphore: asyncio.Semaphore
     url: httpx.URL
     headers: list[tuple[bytes, bytes]]  # every header but Content-Length, Host first
-    timeouts: dict[str, float]
+    timeouts: dict[str, float | None]  # httpx's per-phase timeouts (None: no limit)
 
 
 class Transport:

@@ -35,6 +35,9 @@ class UsageCounter:
     """
 
     def __init__(self, parent: UsageCounter | None = None) -> None:
+        self._start(parent)
+
+    def _start(self, parent: UsageCounter | None) -> None:
         self._parent = parent
         self._lock = threading.Lock()
         self._pid = current_pid()
@@ -78,7 +81,7 @@ class UsageCounter:
         return {"parent": self._parent is not None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(_PROCESS_TOTALS if state.get("parent") else None)
+        self._start(_PROCESS_TOTALS if state.get("parent") else None)
 
     def __repr__(self) -> str:
         return f"UsageCounter({self.snapshot()})"

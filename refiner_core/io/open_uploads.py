@@ -19,14 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .datafile import DataFolder
 
 OPEN_UPLOADS_DIR = "_refiner/open_uploads"
 
 logger = logging.getLogger(__name__)
 
 
-def record_failed_aborts(folder: Any, attempt: str) -> list[dict[str, str]]:
+def record_failed_aborts(folder: DataFolder, attempt: str) -> list[dict[str, str]]:
     """Persist the uploads whose abort failed in this process under ``attempt``'s name."""
     # only the S3 multipart writer records failed aborts; a process that never loaded it has none
     multipart = sys.modules.get(f"{__package__}.s3_multipart")
@@ -66,7 +69,7 @@ def _abort(fs: Any, upload: dict[str, str]) -> bool:
     return True
 
 
-def retry_open_uploads(folder: Any) -> dict[str, Any]:
+def retry_open_uploads(folder: DataFolder) -> dict[str, Any]:
     """Abort every recorded upload again; returns ``uploads_aborted`` and the
     ``open_uploads`` still open (each with the call that aborts it)."""
     aborted = 0

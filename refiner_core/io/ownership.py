@@ -490,5 +490,5 @@ class OutputOwnership:
         self.start_heartbeats()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

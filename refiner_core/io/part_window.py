@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = ["PartWindow"]
 
-SendPart = Callable[[int, Any], Awaitable[Any]]
+SendPart = Callable[[int, Any], Coroutine[Any, Any, Any]]
 
 
 class PartWindow:

@@ -26,10 +26,11 @@ _MARK = "_refiner_s3_context"
 def _client_error(exc: BaseException) -> Any:
     """The botocore ``ClientError`` behind ``exc``, if any."""
     seen = 0
-    while exc is not None and seen < 8:
-        if hasattr(exc, "response") and hasattr(exc, "operation_name"):
-            return exc
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if hasattr(current, "response") and hasattr(current, "operation_name"):
+            return current
+        current = current.__cause__ or current.__context__
         seen += 1
     return None
 

@@ -24,6 +24,7 @@ import math
 import os
 import posixpath
 import threading
+from types import TracebackType
 from typing import IO, Any
 
 import s3fs
@@ -89,7 +90,7 @@ def _rewind_part_body(params: dict[str, Any], **_: Any) -> None:
         body.seek(0)
 
 
-class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
+class BatchedS3File(_STOCK_S3FILE):
     """s3fs ``S3File`` that uploads parts through a sliding window and aborts on any failure.
 
     Obtained through ``fs.open(path, "wb")`` once :func:`install` ran; data lands at
@@ -104,6 +105,11 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
     """
 
     _refiner_stock_class = _STOCK_S3FILE
+    # State of fsspec's buffered file (s3fs ships no types) that this class reads and sets.
+    buffer: io.BytesIO
+    forced: bool
+    closed: bool
+    mpu: dict[str, Any] | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._window: PartWindow | None = None  # created with the multipart upload
@@ -158,6 +164,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         if not one_shot_put:
             if self.buffer.tell() or self._window is None:
                 self._send_buffer()
+            assert self._window is not None  # _send_buffer created it with the upload
             self._operation = "UploadPart"
             self.parts.extend(self._window.finish())
         if self.autocommit and final:
@@ -174,7 +181,12 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
     def discard(self) -> None:
         self._fail(None)
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is not None and "r" not in self.mode and not self.closed:
             self._fail(exc)
             return
@@ -199,6 +211,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         self.offset += size
 
     async def _send_part(self, number: int, part: _PartBuffer) -> dict[str, Any]:
+        assert self.mpu is not None  # parts are sent only once the upload was created
         await self.fs.set_session()
         client = await self.fs.get_s3(self.bucket)
         client.meta.events.register(
@@ -279,7 +292,7 @@ class BatchedS3File(_STOCK_S3FILE):  # type: ignore[misc,valid-type]
         finally:
             self.mpu = None
             self._window = None
-            self.buffer = None
+            self.buffer = io.BytesIO()  # the buffered data is dropped; writes now fail
             self.closed = True
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -15,11 +15,14 @@ from ..execution.watchdog import DEFAULT_PROGRESS_TIMEOUT_S
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..row import Row
 from ..sinks.parquet import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS
-from ..sources.base import check_shard_ids
+from ..sources.base import Shard, check_shard_ids
 from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
 from .steps import Step, make_step
+
+if TYPE_CHECKING:  # sequence.py builds on this module
+    from .sequence import PipelineSequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +138,7 @@ class Pipeline:
             fields.update(step.fields)
         return fields
 
-    def plan(self, *, workers: int = 1) -> list[Any]:
+    def plan(self, *, workers: int = 1) -> list[Shard]:
         """List this pipeline's shards (reads only metadata), for ``workers`` processes
         sharing them: rows that point at media (asset columns) are cut into enough
         shards to keep every worker busy. Their ids are checked here, before anything
@@ -151,7 +154,7 @@ class Pipeline:
         return shards
 
     # writers ----------------------------------------------------------------
-    def write(self, format: Format, output: str, **options: Any):
+    def write(self, format: Format, output: str, **options: Any) -> PipelineSequence:
         """Write with the sink registered for ``format`` (parquet, jsonl, lance)."""
         from ..sinks import make_sink
         from .sequence import PipelineSequence
@@ -170,7 +173,7 @@ class Pipeline:
         filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write Parquet files (one per shard attempt) under ``output``; see ``assets=``.
 
         Blocks are gathered into row groups of ``row_group_size`` rows, or fewer where
@@ -196,7 +199,7 @@ class Pipeline:
         filename_template: str | None = None,
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write JSON Lines files (one per shard attempt) under ``output``."""
         return self.write(
             "jsonl",
@@ -215,7 +218,7 @@ class Pipeline:
         mode: LanceMode = "create",
         storage_options: dict[str, Any] | None = None,
         **legacy: Any,
-    ):
+    ) -> PipelineSequence:
         """Write a Lance dataset; fragments are committed once by the finalization stage."""
         return self.write(
             "lance", output, assets=assets, mode=mode, storage_options=storage_options, **legacy
@@ -232,7 +235,7 @@ class Pipeline:
         chunks_size: int = 1000,
         storage_options: dict[str, Any] | None = None,
         clip_storage_options: dict[str, Any] | None = None,
-    ):
+    ) -> PipelineSequence:
         """Write a LeRobot v3.0 dataset from episode rows (one row per episode: ``tasks``,
         a ``video_clip`` per camera, frame data as per-frame lists) or from frame rows
         like ``read_lerobot(root)``'s (consecutive rows of one ``episode_index``); see
@@ -255,11 +258,12 @@ class Pipeline:
         return PipelineSequence.for_sink(self, sink)
 
     # running ----------------------------------------------------------------
-    def iter_rows(self) -> Iterator[Row]:
-        """Run in this process and yield rows (no sink; callbacks closed at the end)."""
+    def iter_rows(self) -> Generator[Row, None, None]:
+        """Run in this process and yield rows (no sink; callbacks closed at the end, or
+        when the generator is closed early)."""
         from ..execution.inprocess import iter_rows
 
-        return iter_rows(self)
+        yield from iter_rows(self)
 
     def take(self, n: int) -> list[Row]:
         """The first ``n`` rows, stopping the run as soon as they are there."""

@@ -6,9 +6,9 @@ import asyncio
 import collections
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..datatype import fields_from_dtypes
 from ..errors import CallbackResultError, StepError
@@ -17,6 +17,19 @@ from ..validation import check_positive
 from .callbacks import merge_map_result, rows_from_iterable, step_label
 
 Blocks = AsyncIterator[list[Row]]
+
+
+class StepContext(Protocol):
+    """What a step sees of the run it is part of."""
+
+    @property
+    def shard_id(self) -> str | None:
+        """The shard whose rows flow through the step."""
+        ...
+
+    def callback(self, step: Step) -> Callable[..., Any]:
+        """The step's callback in this worker: its ``fn``, or what its factory built."""
+        ...
 
 
 def _check_callable(kind: str, fn: Any, factory: Any, *, allow_factory: bool = True) -> None:
@@ -60,6 +73,12 @@ class Step:
     def label(self) -> str:
         return step_label(self.index, self.kind)
 
+    @property
+    def plain_fn(self) -> Callable[..., Any]:
+        """The callback of a step kind that takes no factory (``make_step`` checked it)."""
+        assert self.fn is not None, f"{self.label} was built without a callback"
+        return self.fn
+
     def fail(self, exc: BaseException, shard_id: str | None) -> StepError:
         error = StepError(
             f"{self.label} failed on shard {shard_id}: {type(exc).__name__}: {exc}",
@@ -70,7 +89,7 @@ class Step:
         error.__cause__ = exc
         return error
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:  # pragma: no cover - interface
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:  # pragma: no cover - interface
         raise NotImplementedError
         yield
 
@@ -79,8 +98,8 @@ class Step:
 class MapStep(Step):
     kind = "map"
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
-        fn, label, shard = self.fn, self.label, ctx.shard_id
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
+        fn, label, shard = self.plain_fn, self.label, ctx.shard_id
         async for block in blocks:
             out = []
             for row in block:
@@ -96,8 +115,8 @@ class MapStep(Step):
 class FilterStep(Step):
     kind = "filter"
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
-        fn, shard = self.fn, ctx.shard_id
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
+        fn, shard = self.plain_fn, ctx.shard_id
         async for block in blocks:
             try:
                 out = [row for row in block if fn(row)]
@@ -111,8 +130,8 @@ class FilterStep(Step):
 class FlatMapStep(Step):
     kind = "flat_map"
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
-        fn, label, shard = self.fn, self.label, ctx.shard_id
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
+        fn, label, shard = self.plain_fn, self.label, ctx.shard_id
         async for block in blocks:
             out: list[Row] = []
             for row in block:
@@ -151,9 +170,9 @@ class BatchMapStep(Step):
         super().__post_init__()
         check_positive("batch_size", self.batch_size)
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
         label, shard = self.label, ctx.shard_id
-        fn = None
+        fn: Callable[..., Any] | None = None
         async for batch in _batches(blocks, self.batch_size):
             if fn is None:
                 fn = ctx.callback(self)
@@ -198,7 +217,7 @@ class _Window:
     def __len__(self) -> int:
         return len(self.queue) if self.ordered else len(self.pending) + len(self.finished)
 
-    def submit(self, coro) -> None:
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = self._create_task(coro)
         if self.ordered:
             self.queue.append(task)
@@ -285,12 +304,13 @@ class MapAsyncStep(Step):
         super().__post_init__()
         check_positive("max_in_flight", self.max_in_flight)
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
         label, shard = self.label, ctx.shard_id
         window = _Window(self, shard, self.max_in_flight, self.preserve_order)
-        fn = None
+        fn: Callable[..., Any] | None = None
 
         async def one(row: Row) -> Row:
+            assert fn is not None  # resolved before the first call is submitted
             try:
                 result = fn(row)
                 if inspect.isawaitable(result):
@@ -330,12 +350,13 @@ class BatchMapAsyncStep(Step):
         check_positive("batch_size", self.batch_size)
         check_positive("max_in_flight", self.max_in_flight)
 
-    async def run(self, blocks: Blocks, ctx: Any) -> Blocks:
+    async def run(self, blocks: Blocks, ctx: StepContext) -> Blocks:
         label, shard = self.label, ctx.shard_id
         window = _Window(self, shard, self.max_in_flight, self.preserve_order)
-        fn = None
+        fn: Callable[..., Any] | None = None
 
         async def one(batch: list[Row]) -> list[Row]:
+            assert fn is not None  # resolved before the first call is submitted
             try:
                 return rows_from_iterable(await _maybe_await(fn(batch)), label, shard)
             except Exception as exc:

@@ -6,19 +6,22 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import pyarrow as pa
 
 from ..row import Row
 from ..validation import check_positive
 
+if TYPE_CHECKING:  # row_ranges imports this module
+    from .row_ranges import ShardHint
+
 logger = logging.getLogger(__name__)
 
 MAX_SHARDS = 10_000
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 
-Block = pa.Table | list[Row]
+Block: TypeAlias = pa.Table | list[Row]
 
 
 @dataclass(frozen=True)
@@ -151,11 +154,10 @@ class Source(Protocol):
 
     name: str
 
-    def plan(self, hint: Any = None) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         """List the shards; called when a stage starts, not when the pipeline is built.
 
-        ``hint`` (a :class:`~refiner_core.sources.row_ranges.ShardHint`, or ``None``)
-        says how many workers share the shards and whether rows point at media; the
+        ``hint`` says how many workers share the shards and whether rows point at media; the
         same input and hint must always give the same shards."""
 
     def read(

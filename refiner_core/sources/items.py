@@ -9,6 +9,7 @@ from ..datatype import fields_from_dtypes
 from ..row import Row
 from ..validation import check_positive
 from .base import MAX_SHARDS, Shard, make_shards
+from .row_ranges import ShardHint
 
 
 class ItemsSource:
@@ -34,12 +35,12 @@ class ItemsSource:
         _check_shard_count(len(self.items), items_per_shard)
         self.fields = fields_from_dtypes(dtypes)
 
-    def plan(self, hint: Any = None) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         n = self.items_per_shard
         slices = [(i, min(i + n, len(self.items))) for i in range(0, len(self.items), n)]
         return make_shards(slices, source="from_items")
 
-    def schema_hint(self):
+    def schema_hint(self) -> None:
         return None
 
     def read(

@@ -98,7 +98,7 @@ class JsonlSource:
             log_short_plan("read_jsonl", self.num_shards, len(payloads), f"{len(payloads)} lines")
         return make_shards(payloads, source="read_jsonl")
 
-    def schema_hint(self):
+    def schema_hint(self) -> None:
         return None
 
     def read(

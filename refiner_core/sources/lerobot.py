@@ -13,6 +13,7 @@ from ..datatype import video_clip
 from ..io.datafile import resolve
 from .base import Shard, check_num_shards, group_runs, log_short_plan, make_shards
 from .lerobot_meta import Episode, LeRobotMeta, load_meta
+from .row_ranges import ShardHint
 
 RowsMode = Literal["frames", "episodes"]
 # Without num_shards, a shard holds whole episodes of about this many frames in all.
@@ -66,7 +67,7 @@ class LeRobotSource:
     def _meta(self) -> LeRobotMeta:
         return load_meta(self.root, self.storage_options, self.video_keys)
 
-    def plan(self, hint: Any = None) -> list[Shard]:
+    def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         meta = self._meta()
         chosen = list(meta.episodes)
         if self.episodes is not None:

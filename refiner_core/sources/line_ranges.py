@@ -71,7 +71,9 @@ class _Stream:
         return tuple(out)
 
 
-def line_range_payloads(files: list[LineFile], count: int) -> list[tuple[tuple[str, int, int]]]:
+def line_range_payloads(
+    files: list[LineFile], count: int
+) -> list[tuple[tuple[str, int, int], ...]]:
     """Exactly ``min(count, lines)`` shard payloads of ``(url, start, end)`` byte ranges,
     each shard starting at a line start, covering every byte of ``files`` once.
 

@@ -104,7 +104,7 @@ def split_pieces(rows: list[int], weights: list[int], count: int) -> list[list[R
             for run in _balanced_runs(live, [weight[i] for i in live], count)
         ]
     cuts = _cuts_per_piece(live, rows, weight, count)
-    shards = []
+    shards: list[list[RowSpan]] = []
     for i in live:
         k = cuts[i]
         bounds = [rows[i] * j // k for j in range(k + 1)]
@@ -177,7 +177,7 @@ def _cuts_per_piece(
     """How many ranges each piece is cut into (at least one, at most its rows, ``count``
     in all): each extra range goes to the piece whose ranges are heaviest."""
     cuts = dict.fromkeys(pieces, 1)
-    heap = [(-weight[i], i) for i in pieces if rows[i] > 1]
+    heap: list[tuple[float, int]] = [(-weight[i], i) for i in pieces if rows[i] > 1]
     heapq.heapify(heap)
     for _ in range(count - len(pieces)):
         _, i = heapq.heappop(heap)
