@@ -113,13 +113,12 @@ def launch(
     start_method = resolve_start_method(start_method)
     name = name or "refiner"
     state = RunDir(rundir, name, num_workers, fresh=fresh)
-    stats = LaunchStats(
-        name=name, run_id=state.run_id, rundir=None if state.temporary else state.path
-    )
+    stats = LaunchStats(name=name, run_id=state.run_id, rundir=state.path)
     run = _Launch(name, num_workers, start_method, progress_timeout_s, state, stats)
     started = time.monotonic()
     try:
-        state.fingerprint.check_stages(describe_sequence(sequence))
+        if state.fingerprint is not None:
+            state.fingerprint.check_stages(describe_sequence(sequence))
         _take_outputs(run, sequence, owner_stale_after_s)
         for index, stage in enumerate(sequence.stages):
             _run_stage(run, index, stage)
@@ -129,7 +128,6 @@ def launch(
         reap(run.exiting)
         for ownership in run.owners.values():
             ownership.release()
-        state.cleanup()
     stats.elapsed_s = round(time.monotonic() - started, 3)
     return stats
 
@@ -198,7 +196,8 @@ def _run_shards(run: _Launch, index: int, stage: Any, st: StageStats) -> None:
     except Exception as exc:
         exc.add_note(f"raised while planning {label} (run {run.state.run_id})")
         raise
-    run.state.fingerprint.check_shards(index, describe_stage(stage), shards)
+    if run.state.fingerprint is not None:
+        run.state.fingerprint.check_shards(index, describe_stage(stage), shards)
     done = run.state.completed(index)
     todo = [s for s in shards if s.id not in done]
     st.shards, st.shards_skipped = len(shards), len(shards) - len(todo)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -47,45 +46,51 @@ def read_state(path: str, key: str, *, what: str, fix: str) -> dict[str, Any]:
 class RunDir:
     """Completion markers that let a relaunch skip finished shards.
 
-    Without a ``path`` the run dir is a temporary folder, removed by :meth:`cleanup`."""
+    Without a ``path`` nothing can resume the run, so it keeps its progress in memory
+    only: no folder, no files, no fingerprint."""
 
     def __init__(
         self, path: str | None, name: str, workers: int = 1, *, fresh: bool = False
     ) -> None:
-        self.temporary = path is None
+        self.path = path
         self._completed: dict[int, dict[str, AttemptManifest]] = {}
-        self.path = path or tempfile.mkdtemp(prefix="refiner-run-")
-        if fresh and os.path.isdir(self.path):
-            shutil.rmtree(self.path)
-        os.makedirs(self.path, exist_ok=True)
-        self.fingerprint = RunFingerprint(self.path)
-        state_file = os.path.join(self.path, "run.json")
+        self.fingerprint: RunFingerprint | None = None
+        self.run_id: str = new_run_id()
+        self.plan_workers: int = workers
+        if path is not None:
+            self._open(path, name, fresh=fresh)
+
+    def _open(self, path: str, name: str, *, fresh: bool) -> None:
+        """Take over the run recorded in ``path``, or start recording this one there."""
+        if fresh and os.path.isdir(path):
+            shutil.rmtree(path)
+        os.makedirs(path, exist_ok=True)
+        self.fingerprint = RunFingerprint(path)
+        state_file = os.path.join(path, "run.json")
         if os.path.exists(state_file):
             state = read_state(
                 state_file,
                 "run_id",
                 what="the run's state",
-                fix=f"Delete the rundir {self.path!r} to start the run over, and launch again",
+                fix=f"Delete the rundir {path!r} to start the run over, and launch again",
             )
-            self.run_id: str = state["run_id"]
+            self.run_id = state["run_id"]
             # plans depend on the worker count: a relaunch plans as the first launch did,
             # so every shard id names the same rows (run dirs from before had no minimum)
-            self.plan_workers: int = state.get("plan_workers", 1)
+            self.plan_workers = state.get("plan_workers", 1)
         else:
-            self.run_id = new_run_id()
-            self.plan_workers = workers
             write_json_atomic(
                 state_file,
                 {
                     "run_id": self.run_id,
                     "name": name,
                     "created_at": time.time(),
-                    "plan_workers": workers,
+                    "plan_workers": self.plan_workers,
                 },
             )
 
-    def _stage_dir(self, index: int) -> str:
-        return os.path.join(self.path, f"stage-{index:03d}")
+    def _stage_dir(self, index: int) -> str | None:
+        return None if self.path is None else os.path.join(self.path, f"stage-{index:03d}")
 
     def completed(self, index: int) -> dict[str, AttemptManifest]:
         """Manifests of the stage's completed shards: read from disk once (earlier runs
@@ -98,6 +103,8 @@ class RunDir:
     def _read_markers(self, index: int) -> dict[str, AttemptManifest]:
         done: dict[str, AttemptManifest] = {}
         directory = self._stage_dir(index)
+        if directory is None:
+            return done
         os.makedirs(directory, exist_ok=True)
         for name in os.listdir(directory):
             if name.endswith(".json") and not name.startswith("."):
@@ -116,10 +123,7 @@ class RunDir:
         """Record ``manifest``'s shard of stage ``index`` as completed."""
         done = self.completed(index)
         directory = self._stage_dir(index)
-        write_json_atomic(os.path.join(directory, f"{manifest.shard_id}.json"), manifest.to_json())
+        if directory is not None:
+            marker = os.path.join(directory, f"{manifest.shard_id}.json")
+            write_json_atomic(marker, manifest.to_json())
         done[manifest.shard_id] = manifest
-
-    def cleanup(self) -> None:
-        """Remove the run dir if it is a temporary one."""
-        if self.temporary:
-            shutil.rmtree(self.path, ignore_errors=True)
