@@ -128,45 +128,60 @@ class BlobAssetWriter(AssetWriterBase):
         return await packer.run()
 
     async def _pack_local_files(
-        self, block, column, values, jobs, results, *, first_row, shard_id
+        self,
+        block: BlockWriter,
+        column: AssetColumn,
+        values: list[Any],
+        jobs: list[tuple[int, int | None, Any]],
+        results: list[Any],
+        *,
+        first_row: int,
+        shard_id: str,
     ) -> None:
         """Pack a column of local file paths into ``block`` in row order, each file with
         one ``stat`` (the source policy's), one ``open`` and a kernel copy, or, with
         ``checksum=``, a read that the checksum sees on its way into the block.
 
         What the general loop does for such a column (no dedupe, local output), without
-        its prefetch window, which only pays for remote reads."""
-        local_file = self.filesystems.local_file
-        counters = self.counters
+        its prefetch window, which only pays for remote reads. Packing many small files
+        is bound by this loop's system calls, so it does little else per file."""
+        check = self.filesystems.policy.check_local_file
         hashed = self.digests.checksum is not None
-        for row, element, value in jobs:
-            try:
-                found = local_file(value)
-                assert found is not None  # the caller checked that every value is local
-                opened = open_local(*found, value, keep_open=True)
-            except MissingAsset:
-                new = self.on_missing(column, first_row + row, element, value, shard_id)
-                self.place(results, column, values, row, element, new)
-                continue
-            except Exception as exc:
-                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
-            size = opened.size
-            try:
-                digests = self.digests.streaming(value) if hashed else None
-                source = digests.tee(opened) if digests is not None else opened
-                if size <= INLINE_LIMIT:
-                    url, start = block.append(source)
+        written = written_bytes = 0
+        try:
+            for row, element, value in jobs:
+                try:
+                    path, size = check(value)
+                    opened = open_local(None, path, size, value, keep_open=True)
+                except MissingAsset:
+                    new = self.on_missing(column, first_row + row, element, value, shard_id)
+                    self.place(results, column, values, row, element, new)
+                    continue
+                except Exception as exc:
+                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                try:
+                    digests = self.digests.streaming(value) if hashed else None
+                    source = digests.tee(opened) if digests is not None else opened
+                    if opened.size <= INLINE_LIMIT:
+                        url, start = block.append(source)
+                    else:
+                        url, start = await self.in_thread(block.append, source)
+                except Exception as exc:
+                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                finally:
+                    opened.close()
+                written += 1
+                written_bytes += opened.size
+                reference = {"path": url, "offset": start, "size": opened.size}
+                if digests is not None:
+                    reference["checksum"] = digests.reference_checksum()
+                if element is None:
+                    results[row] = reference
                 else:
-                    url, start = await self.in_thread(block.append, source)
-            except Exception as exc:
-                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
-            finally:
-                opened.close()
-            counters["assets_written"] += 1
-            counters["asset_bytes"] += size
-            checksum = digests.reference_checksum() if digests is not None else None
-            reference = self.reference(url, start, size, checksum)
-            self.place(results, column, values, row, element, reference)
+                    self.place(results, column, values, row, element, reference)
+        finally:
+            self.counters["assets_written"] += written
+            self.counters["asset_bytes"] += written_bytes
 
     async def store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
         """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""
