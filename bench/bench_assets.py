@@ -18,6 +18,11 @@ in a temporary folder and times, as the median of ``--repeat`` runs, interleaved
    every 10 ms) while packing ``--rss-gib`` GiB of 4 MiB files, against the same
    for a quarter of that (target < 600 MiB, and no growth with the data size).
 
+With ``--small 1000,8000`` it runs only the small-job cases instead: packing 1,000 and
+8,000 files of 16 KiB with one worker against ``cat`` of the same files (target <= 5x
+for the first), and the CPU each extra file costs between the two (target <= 1.5x
+``cat``'s), the load average printed beside them.
+
 With ``--peer`` (the default when ``bench/peer/.venv`` exists; ``--no-peer`` skips
 it) cases 1 and 2 also run the public ``macrodata-refiner`` library on the same
 files, at the same worker counts, in every repeat between refiner's runs (target:
@@ -488,6 +493,87 @@ def bench_pack_and_copy(
     return results
 
 
+def bench_small_packs(work: Path, counts: list[int], size: int, repeat: int) -> list[Result]:
+    """Small jobs: pack ``counts`` files of ``size`` bytes with one worker against ``cat``
+    of the same files, interleaved in one run, both from the page cache (the untimed
+    first ``cat`` reads every file in). Wall and CPU (this process and its children)
+    per case; the CPU each extra file costs is the slope between the first two counts."""
+    results: list[Result] = []
+    cpu: dict[int, tuple[float, float]] = {}  # count -> (cat, pack) median CPU seconds
+    out = work / "small-out"
+    for count in counts:
+        src = work / f"small-src-{count}"
+        paths = make_files(src, count, size)
+        index = paths_table(paths, work / f"small-input-{count}" / "index.parquet", count)
+        data = f"{count:,} x {size // KIB} KiB"
+        cat_name, pack_name = f"cat, {data}", f"pack, {data}, 1 worker"
+
+        def cat(paths: list[str] = paths) -> None:
+            with open(out, "wb") as f:
+                subprocess.run(["cat", *paths], stdout=f, check=True)
+
+        def packed(index: str = index, count: int = count) -> None:
+            summary = pack(index, out, 1, mdr.BlobAssetConfig(), default_plan=True)
+            assert summary["assets_written"] == count
+
+        print(f"\nload average before: {os.getloadavg()[0]:.1f}")
+        runs = interleaved({cat_name: cat, pack_name: quiet(packed)}, lambda: drop(out), repeat)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        m = report(f"small pack: {data}, one worker, against cat", runs, count * size)
+        ratio = m[pack_name] / m[cat_name]
+        ratio_line("pack / cat (wall)", ratio, "<= 5" if count == counts[0] else "(reported)")
+        cpu[count] = (
+            statistics.median(CPU_SECONDS[cat_name]),
+            statistics.median(CPU_SECONDS[pack_name]),
+        )
+        ratio_line("pack / cat (CPU)", cpu[count][1] / cpu[count][0], "(reported)")
+        results.append(
+            Result(
+                workload="small-pack",
+                case=f"{data} into blobs, 1 worker",
+                refiner_s=m[pack_name],
+                baseline="cat",
+                baseline_s=m[cat_name],
+                target="<= 5x" if count == counts[0] else "reported",
+                met=ratio <= 5 if count == counts[0] else None,
+                repeats=repeat,
+                extra={
+                    "cpu_s": cpu[count][1],
+                    "baseline_cpu_s": cpu[count][0],
+                    "load": round(os.getloadavg()[0], 1),
+                    "runs_s": [round(t, 3) for t in runs[pack_name]],
+                    "baseline_runs_s": [round(t, 3) for t in runs[cat_name]],
+                },
+            )
+        )
+        drop(src)
+        drop(work / f"small-input-{count}")
+    if len(counts) >= 2:
+        small, large = counts[0], counts[1]
+        extra_files = large - small
+        cat_each = (cpu[large][0] - cpu[small][0]) / extra_files
+        pack_each = (cpu[large][1] - cpu[small][1]) / extra_files
+        print(
+            f"\nCPU per extra file ({small:,} -> {large:,}): cat {cat_each * 1e6:.1f} us, "
+            f"pack {pack_each * 1e6:.1f} us"
+        )
+        ratio_line("pack / cat (CPU per file)", pack_each / cat_each, "<= 1.5")
+        results.append(
+            Result(
+                workload="small-pack",
+                case=f"CPU per file, {small:,} -> {large:,} x {size // KIB} KiB, 1 worker",
+                refiner_s=pack_each,
+                baseline="cat",
+                baseline_s=cat_each,
+                target="<= 1.5x",
+                met=pack_each / cat_each <= 1.5,
+                repeats=repeat,
+                extra={"unit": "CPU seconds per file"},
+            )
+        )
+    return results
+
+
 def bench_rss(work: Path, gib: float) -> list[Result]:
     size = 4 * MIB
     print(f"\npeak worker RSS while packing {size // MIB} MiB files (BlobAssetConfig, 1 worker)")
@@ -547,6 +633,14 @@ def main() -> None:
     parser.add_argument(
         "--pack-only", action="store_true", help="only the packing cases of the speed run"
     )
+    parser.add_argument(
+        "--small",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=None,
+        metavar="N,M",
+        help="only the small-job cases: pack N and M files of 16 KiB against cat "
+        "(e.g. 1000,8000), with the CPU per file between them",
+    )
     parser.add_argument("--dir", default=None, help="parent of the temporary data folder")
     add_peer_option(parser)
     add_json_option(parser)
@@ -559,6 +653,9 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work skews timings)"
     )
     try:
+        if args.small:
+            write_results(args.json, bench_small_packs(work, args.small, 16 * KIB, args.repeat))
+            return
         if not args.skip_speed:
             results += bench_pack_and_copy(
                 work,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from ..blocks import table_to_rows
 from ..row import Row
+from ..sources.base import Block
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
 
@@ -22,7 +23,7 @@ def iter_rows(pipeline: Any) -> Iterator[Row]:
             try:
                 while True:
                     try:
-                        block = worker.run(stream.__anext__())
+                        block = worker.run(_next(stream))
                     except StopAsyncIteration:
                         break
                     yield from (table_to_rows(block) if isinstance(block, pa.Table) else block)
@@ -30,3 +31,7 @@ def iter_rows(pipeline: Any) -> Iterator[Row]:
                 worker.run(stream.aclose())
     finally:
         worker.close()
+
+
+async def _next(stream: AsyncIterator[Block]) -> Block:
+    return await anext(stream)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,7 @@ def row_block_cap(pipeline: Any) -> int:
 
 async def _source_blocks(
     pipeline: Any, shard: Any, counters: ShardCounters, arrow_block_rows: int | None
-) -> AsyncIterator[Block]:
+) -> AsyncGenerator[Block, None]:
     row_cap = row_block_cap(pipeline)
     arrow_cap = pipeline.max_block_rows or arrow_block_rows or DEFAULT_ARROW_BLOCK_ROWS
     byte_cap = pipeline.max_vectorized_block_bytes or DEFAULT_VECTORIZED_BLOCK_BYTES
@@ -83,7 +83,7 @@ async def _source_blocks(
                 yield piece
 
 
-async def _as_rows(blocks: AsyncIterator[Block], row_cap: int) -> AsyncIterator[list[Row]]:
+async def _as_rows(blocks: AsyncIterator[Block], row_cap: int) -> AsyncGenerator[list[Row], None]:
     async for block in blocks:
         if isinstance(block, pa.Table):
             for piece in split_table(block, row_cap, None):
@@ -92,13 +92,17 @@ async def _as_rows(blocks: AsyncIterator[Block], row_cap: int) -> AsyncIterator[
             yield block
 
 
-async def _counted_input(blocks: AsyncIterator[list[Row]], counter: StepCounter):
+async def _counted_input(
+    blocks: AsyncIterator[list[Row]], counter: StepCounter
+) -> AsyncGenerator[list[Row], None]:
     async for block in blocks:
         counter.rows_in += len(block)
         yield block
 
 
-async def _capped_output(blocks: AsyncIterator[list[Row]], counter: StepCounter, row_cap: int):
+async def _capped_output(
+    blocks: AsyncIterator[list[Row]], counter: StepCounter, row_cap: int
+) -> AsyncGenerator[list[Row], None]:
     async for block in blocks:
         counter.rows_out += len(block)
         for piece in split_rows(block, row_cap):
@@ -111,16 +115,16 @@ def shard_blocks(
     ctx: ShardContext,
     counters: ShardCounters,
     arrow_block_rows: int | None = None,
-) -> AsyncIterator[Block]:
+) -> AsyncGenerator[Block, None]:
     """The async block stream of ``shard``: Arrow tables when no step needs rows, of at
     most ``arrow_block_rows`` rows (a sink's preference; ``with_max_block_rows`` wins)."""
-    stream: AsyncIterator[Any] = _source_blocks(pipeline, shard, counters, arrow_block_rows)
+    source = _source_blocks(pipeline, shard, counters, arrow_block_rows)
     if not pipeline.steps:
-        return stream
+        return source
     row_cap = row_block_cap(pipeline)
-    stream = _as_rows(stream, row_cap)
+    rows: AsyncGenerator[list[Row], None] = _as_rows(source, row_cap)
     for step in pipeline.steps:
         counter = StepCounter(step.index, step.kind)
         counters.steps.append(counter)
-        stream = _capped_output(step.run(_counted_input(stream, counter), ctx), counter, row_cap)
-    return stream
+        rows = _capped_output(step.run(_counted_input(rows, counter), ctx), counter, row_cap)
+    return rows

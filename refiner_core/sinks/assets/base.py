@@ -19,6 +19,9 @@ from .unmarked import warn_unmarked
 
 DROPPED = object()
 
+# column index -> the new field and the new cells of every row
+_Replaced = dict[int, tuple[pa.Field, list[Any]]]
+
 
 class AssetWriteError(RuntimeError):
     """An asset could not be read or written for a reason other than a missing file."""
@@ -101,6 +104,8 @@ class AssetWriterBase:
 
     # table -------------------------------------------------------------------
     async def process_table(self, table: pa.Table, *, shard_id: str, first_row: int) -> pa.Table:
+        """``table`` with its asset columns written: cells replaced by what the writer
+        made of them, rows a missing asset dropped left out."""
         columns = asset_columns(table.schema)
         if not columns:
             warn_unmarked(table, self.config)
@@ -115,56 +120,24 @@ class AssetWriterBase:
         self._touched = True
         dropped = [False] * table.num_rows
         written: dict[int, list[tuple[str, int]]] = {}
-        replaced: dict[int, tuple[pa.Field, list[Any]]] = {}
-        checksummed: dict[int, tuple[pa.Field, list[Any]]] = {}
+        replaced: _Replaced = {}
+        checksummed: _Replaced = {}
         for column in columns:
             values = table.column(column.index).to_pylist()
             new_values = await self._write_column(
                 column, values, dropped, written, shard_id=shard_id, first_row=first_row
             )
             for i, value in enumerate(new_values):
-                if (
-                    value is DROPPED
-                    or column.info.is_list
-                    and isinstance(value, list)
-                    and any(v is DROPPED for v in value)
-                ):
+                if _drops(column, value):
                     dropped[i] = True
             replaced[column.index] = (self.output_field(column), new_values)
             sums = self.take_checksums(column)
             if sums is not None:
-                checksummed[column.index] = (
-                    checksum_field(column.field, self.config.checksum),
-                    sums,
-                )
-        replaced_slots = {
-            checksum_slot(table.schema, table.schema.field(index)) for index in checksummed
-        }
+                sum_field = checksum_field(column.field, self.config.checksum)
+                checksummed[column.index] = (sum_field, sums)
         self._forget_dropped(written, dropped)
-        arrays = []
-        fields = []
-        keep = [i for i, d in enumerate(dropped) if not d]
-        for index, field in enumerate(table.schema):
-            if index in replaced_slots:
-                continue
-            if index in replaced:
-                new_field, values = replaced[index]
-                arrays.append(pa.array([values[i] for i in keep], type=new_field.type))
-                fields.append(new_field)
-                if index in checksummed:
-                    sum_field, sums = checksummed[index]
-                    arrays.append(pa.array([sums[i] for i in keep], type=sum_field.type))
-                    fields.append(sum_field)
-            else:
-                column = table.column(index)
-                arrays.append(
-                    column.take(pa.array(keep, type=pa.int64()))
-                    if len(keep) != table.num_rows
-                    else column
-                )
-                fields.append(field)
-        self.counters["rows_dropped"] += table.num_rows - len(keep)
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        self.counters["rows_dropped"] += dropped.count(True)
+        return _rebuild(table, replaced, checksummed, dropped)
 
     def output_field(self, column: AssetColumn) -> pa.Field:
         """The field of ``column`` once its values are written."""
@@ -244,3 +217,41 @@ class AssetWriterBase:
         """Remove whatever this failed attempt already copied, so nothing half-done stays visible."""
         if self._touched:
             self.folder.rm(self.attempt_dir, recursive=True)
+
+
+def _drops(column: AssetColumn, value: Any) -> bool:
+    """Whether a written cell (or one of its list elements) asks for its row to go."""
+    if value is DROPPED:
+        return True
+    return column.info.is_list and isinstance(value, list) and any(v is DROPPED for v in value)
+
+
+def _rebuild(
+    table: pa.Table, replaced: _Replaced, checksummed: _Replaced, dropped: list[bool]
+) -> pa.Table:
+    """``table`` with the ``replaced`` columns (each followed by its checksum column, in
+    place of any the input had) and without the ``dropped`` rows."""
+    replaced_slots = {
+        checksum_slot(table.schema, table.schema.field(index)) for index in checksummed
+    }
+    keep = [i for i, d in enumerate(dropped) if not d]
+    arrays = []
+    fields = []
+    for index, field in enumerate(table.schema):
+        if index in replaced_slots:
+            continue
+        if index in replaced:
+            new_field, values = replaced[index]
+            arrays.append(pa.array([values[i] for i in keep], type=new_field.type))
+            fields.append(new_field)
+            if index in checksummed:
+                sum_field, sums = checksummed[index]
+                arrays.append(pa.array([sums[i] for i in keep], type=sum_field.type))
+                fields.append(sum_field)
+        else:
+            column = table.column(index)
+            if len(keep) != table.num_rows:
+                column = column.take(pa.array(keep, type=pa.int64()))
+            arrays.append(column)
+            fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 from typing import Any
 
@@ -12,6 +11,7 @@ import pyarrow as pa
 from ...datatype import with_asset_form
 from ...io.checksum import carried_checksum
 from .base import AssetWriterBase
+from .blob_column import ColumnPacker
 from .blocks import BlockWriter
 from .coalesce import coalescing_candidates
 from .columns import AssetColumn, asset_columns
@@ -21,16 +21,12 @@ from .dedupe import (
     DigestPlan,
     Fetched,
     content_digest,
-    source_key,
-    source_key_size,
 )
 from .fetch import (
     INLINE_LIMIT,
     MissingAsset,
     Source,
-    is_remote,
     open_local,
-    open_source,
     source_size,
 )
 from .sources import is_url
@@ -55,7 +51,7 @@ class BlobAssetWriter(AssetWriterBase):
         self._held: list[pa.Table] = []
         self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
         self.dedupe = DedupeIndex(config.dedupe, self.counters)
-        self._sources_seen: set[Any] = set()  # dedupe="source": repeats only look up their key
+        self.sources_seen: set[Any] = set()  # dedupe="source": repeats only look up their key
         self.digests = DigestPlan(
             content=content_digest(self.local_output) if config.dedupe == "content" else None,
             checksum=config.checksum,
@@ -104,175 +100,100 @@ class BlobAssetWriter(AssetWriterBase):
         return [await self.process_table(combined, shard_id=shard_id, first_row=first_row)]
 
     async def _write_column(
-        self, column, values, dropped, written, *, shard_id, first_row
+        self,
+        column: AssetColumn,
+        values: list[Any],
+        dropped: list[bool],
+        written: dict[int, list[tuple[str, int]]],
+        *,
+        shard_id: str,
+        first_row: int,
     ) -> list[Any]:
+        """The column's blob references, its assets appended to the column's block."""
         block = self._block(column)
-        results: list[Any] = list(values)
-        whole: dict[str, int] = {}
-        if self._coalesces(column):
-            whole = self._carrying_checksums(await self._whole_blobs(values), values)
-        copied: dict[str, tuple[str, int]] = {}
-        copies: list[asyncio.Future] = []  # server-side whole-blob copies, run concurrently
-        form = column.info.form
-        prefetch: collections.deque = collections.deque()
-        jobs = iter(self.jobs(column, values, dropped))
-        by_source = self.dedupe.mode == "source"
-        scheduled = self._sources_seen
-        # local files into local blocks are copied by the kernel unless a digest needs the bytes
-        keep_open = self.local_output and self.digests.needs_nothing
-        if self.local_output and form == "path" and self.dedupe.mode is None:
+        if self.local_output and column.info.form == "path" and self.dedupe.mode is None:
             local = list(self.jobs(column, values, dropped))
             if all(isinstance(v, str) and v and not is_url(v) for _, _, v in local):
+                results: list[Any] = list(values)
                 await self._pack_local_files(
                     block, column, values, local, results, first_row=first_row, shard_id=shard_id
                 )
                 return results
-
-        def fetch(value: Any, key_only: bool = False):
-            try:
-                key = source_key(value, form, self.filesystems) if by_source else None
-                if key_only and key is not None:
-                    return Fetched(None, key), None
-                source = open_source(value, form, self.filesystems, keep_open=keep_open)
-                if source.data is None:
-                    return Fetched(source, key), None
-                return self.digests.of_bytes(source, value, key), None
-            except Exception as exc:  # reported in row order below
-                return None, exc
-
-        async def fetch_async(value: Any, key_only: bool = False):
-            return await self.in_thread(fetch, value, key_only)
-
-        def schedule() -> None:
-            for row, element, value in jobs:
-                # coalescing_candidates validated every reference of the column already
-                source_id = _source_id(value) if by_source else None
-                key_only = source_id is not None and source_id in scheduled
-                if source_id is not None:
-                    scheduled.add(source_id)
-                if whole and value["path"] in whole:
-                    prefetch.append((row, element, value, None))
-                elif not is_remote(value, form):
-                    prefetch.append((row, element, value, fetch(value, key_only)))
-                else:
-                    prefetch.append(
-                        (row, element, value, asyncio.ensure_future(fetch_async(value, key_only)))
-                    )
-                if len(prefetch) >= self.config.max_in_flight:
-                    return
-
-        try:
-            schedule()
-            while prefetch:
-                row, element, value, pending = prefetch.popleft()
-                if pending is None:
-                    path = value["path"]
-                    if path not in copied:
-                        fail = functools.partial(
-                            self.fail, column, first_row + row, element, value, shard_id=shard_id
-                        )
-                        copied[path] = await self._copy_whole(
-                            block, path, whole[path], copies, fail
-                        )
-                    url, start = copied[path]
-                    self.counters["references_coalesced"] += 1
-                    self.counters["assets_written"] += 1
-                    reference = self._reference(
-                        url, start + value["offset"], value["size"], value.get("checksum")
-                    )
-                    self.place(results, column, values, row, element, reference)
-                    schedule()
-                    continue
-                fetched, error = await pending if asyncio.isfuture(pending) else pending
-                if error is None and fetched.source is None:
-                    reused = self.dedupe.reuse(fetched.key, source_key_size(fetched.key))
-                    if reused is not None:
-                        self.counters["assets_written"] += 1
-                        self.place(results, column, values, row, element, reused)
-                        schedule()
-                        continue
-                    # the first copy of this source failed or it changed: read it now
-                    fetched, error = await self.in_thread(fetch, value)
-                if error is not None:
-                    if isinstance(error, MissingAsset):
-                        new = self.on_missing(
-                            column, first_row + row, element, error.path, shard_id
-                        )
-                        self.place(results, column, values, row, element, new)
-                        schedule()
-                        continue
-                    raise self.fail(column, first_row + row, element, value, error, shard_id)
-                try:
-                    reference = await self._store(block, fetched, value, form)
-                except Exception as exc:  # a streamed source failing half way
-                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
-                finally:
-                    _release(fetched)
-                self.place(results, column, values, row, element, reference)
-                schedule()
-        finally:
-            for item in prefetch:
-                if asyncio.isfuture(item[3]):
-                    item[3].cancel()
-                elif item[3] is not None and item[3][0] is not None:
-                    _release(item[3][0])
-            # Every started copy settles before the rows are written or the attempt is
-            # aborted, so no block lands after its attempt's cleanup.
-            outcomes = await asyncio.gather(*copies, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return results
+        whole: dict[str, int] = {}
+        if self._coalesces(column):
+            whole = self._carrying_checksums(await self._whole_blobs(values), values)
+        packer = ColumnPacker(
+            self, column, block, values, dropped, whole, shard_id=shard_id, first_row=first_row
+        )
+        return await packer.run()
 
     async def _pack_local_files(
-        self, block, column, values, jobs, results, *, first_row, shard_id
+        self,
+        block: BlockWriter,
+        column: AssetColumn,
+        values: list[Any],
+        jobs: list[tuple[int, int | None, Any]],
+        results: list[Any],
+        *,
+        first_row: int,
+        shard_id: str,
     ) -> None:
         """Pack a column of local file paths into ``block`` in row order, each file with
         one ``stat`` (the source policy's), one ``open`` and a kernel copy, or, with
         ``checksum=``, a read that the checksum sees on its way into the block.
 
         What the general loop does for such a column (no dedupe, local output), without
-        its prefetch window, which only pays for remote reads."""
-        local_file = self.filesystems.local_file
-        counters = self.counters
+        its prefetch window, which only pays for remote reads. Packing many small files
+        is bound by this loop's system calls, so it does little else per file."""
+        check = self.filesystems.policy.check_local_file
         hashed = self.digests.checksum is not None
-        for row, element, value in jobs:
-            try:
-                opened = open_local(*local_file(value), value, keep_open=True)
-            except MissingAsset:
-                new = self.on_missing(column, first_row + row, element, value, shard_id)
-                self.place(results, column, values, row, element, new)
-                continue
-            except Exception as exc:
-                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
-            size = opened.size
-            try:
-                digests = self.digests.streaming(value) if hashed else None
-                source = digests.tee(opened) if digests is not None else opened
-                if size <= INLINE_LIMIT:
-                    url, start = block.append(source)
+        written = written_bytes = 0
+        try:
+            for row, element, value in jobs:
+                try:
+                    path, size = check(value)
+                    opened = open_local(None, path, size, value, keep_open=True)
+                except MissingAsset:
+                    new = self.on_missing(column, first_row + row, element, value, shard_id)
+                    self.place(results, column, values, row, element, new)
+                    continue
+                except Exception as exc:
+                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                try:
+                    digests = self.digests.streaming(value) if hashed else None
+                    source = digests.tee(opened) if digests is not None else opened
+                    if opened.size <= INLINE_LIMIT:
+                        url, start = block.append(source)
+                    else:
+                        url, start = await self.in_thread(block.append, source)
+                except Exception as exc:
+                    raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
+                finally:
+                    opened.close()
+                written += 1
+                written_bytes += opened.size
+                reference = {"path": url, "offset": start, "size": opened.size}
+                if digests is not None:
+                    reference["checksum"] = digests.reference_checksum()
+                if element is None:
+                    results[row] = reference
                 else:
-                    url, start = await self.in_thread(block.append, source)
-            except Exception as exc:
-                raise self.fail(column, first_row + row, element, value, exc, shard_id) from exc
-            finally:
-                opened.close()
-            counters["assets_written"] += 1
-            counters["asset_bytes"] += size
-            checksum = digests.reference_checksum() if digests is not None else None
-            reference = self._reference(url, start, size, checksum)
-            self.place(results, column, values, row, element, reference)
+                    self.place(results, column, values, row, element, reference)
+        finally:
+            self.counters["assets_written"] += written
+            self.counters["asset_bytes"] += written_bytes
 
-    async def _store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
+    async def store(self, block: BlockWriter, fetched: Fetched, value: Any, form: str) -> dict:
         """Append one fetched asset to ``block`` (or reuse its earlier copy); its reference."""
         source, size = fetched.source, fetched.size
+        assert source is not None  # only a key-only lookup has no source, and it is reused
         self.counters["assets_written"] += 1
         reused = self.dedupe.reuse(fetched.key, size, self._confirmer(source))
         if reused is not None:
             return reused
         if source.data is not None or source.fd is not None and size <= INLINE_LIMIT:
             url, start = block.append(source)
-            reference = self._reference(url, start, size, fetched.checksum)
+            reference = self.reference(url, start, size, fetched.checksum)
         else:
             digests = self.digests.streaming(value)
             if digests.content is not None and self.dedupe.has_size(size):
@@ -285,7 +206,7 @@ class BlobAssetWriter(AssetWriterBase):
                 digests = self.digests.streaming(value)
             url, start = await self.in_thread(block.append, digests.tee(source))
             fetched.key = digests.key(size) or fetched.key
-            reference = self._reference(url, start, size, digests.reference_checksum())
+            reference = self.reference(url, start, size, digests.reference_checksum())
         self.dedupe.remember(fetched.key, reference, size)
         self.counters["asset_bytes"] += size
         if form == "blob":
@@ -312,7 +233,7 @@ class BlobAssetWriter(AssetWriterBase):
                     return False
         return True
 
-    def _reference(self, url: str, offset: int, size: int, checksum: str | None) -> dict:
+    def reference(self, url: str, offset: int, size: int, checksum: str | None) -> dict:
         reference = {"path": url, "offset": offset, "size": size}
         if self.config.checksum is not None:
             reference["checksum"] = checksum
@@ -347,7 +268,7 @@ class BlobAssetWriter(AssetWriterBase):
         found = await asyncio.gather(*(self.in_thread(covered, path) for path in candidates))
         return {path: candidates[path] for path, ok in zip(candidates, found, strict=True) if ok}
 
-    async def _copy_whole(
+    async def copy_whole(
         self, block: BlockWriter, path: str, size: int, copies: list, fail: Any
     ) -> tuple[str, int]:
         """Copy a fully referenced source blob once; returns ``(block url, offset)``.
@@ -392,25 +313,6 @@ class BlobAssetWriter(AssetWriterBase):
         self.discard()
 
 
-def _release(fetched: Fetched | None) -> None:
-    """Close the local file a fetched asset holds open, if it holds one."""
-    source = fetched.source if fetched is not None else None
-    if isinstance(source, Source):
-        source.close()
-
-
 def _drain(source: Any) -> None:
     for _ in source.chunks():
         pass
-
-
-def _source_id(value: Any) -> Any:
-    """What makes two values the same source before any lookup: the path, or a blob
-    reference's path and range; ``None`` for values that are neither."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        parts = (value.get("path"), value.get("offset"), value.get("size"))
-        if all(isinstance(p, (str, int)) for p in parts):
-            return parts
-    return None

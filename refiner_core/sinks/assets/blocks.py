@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...io.kernel_copy import copy_range
 from .fetch import Source
+
+if TYPE_CHECKING:
+    from .dedupe import HashedSource
 
 WHOLE_COPY_MIN_BYTES = 8 * 1024 * 1024
 
@@ -63,11 +66,11 @@ class BlockWriter:
             self._fd = _descriptor(self._file)
             self._behind = False
 
-    def append(self, source: Source) -> tuple[str, int]:
+    def append(self, source: Source | HashedSource) -> tuple[str, int]:
         """Append one asset; returns ``(block url, offset)``."""
         self._room_for(source.size)
         start = self._offset
-        if source.fd is not None and self._fd is not None:
+        if isinstance(source, Source) and source.fd is not None and self._fd is not None:
             if not self._behind:
                 self._file.flush()  # the kernel copy lands after the bytes written so far
             try:

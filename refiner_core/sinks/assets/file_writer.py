@@ -11,7 +11,7 @@ from ...io.checksum import Hasher
 from ...io.datafile import is_local
 from ...io.kernel_copy import copy_file
 from .base import AssetWriterBase
-from .columns import asset_file_name
+from .columns import AssetColumn, asset_file_name
 from .fetch import MissingAsset, check_path, is_remote, open_source, size_or_missing
 
 # Local-to-local copies cost tens of microseconds each: a thread hand-off per file
@@ -127,13 +127,52 @@ class FileAssetWriter(AssetWriterBase):
         return self._run(self._copy_run, items, form, local=local)
 
     async def _write_column(
-        self, column, values, dropped, written, *, shard_id, first_row
+        self,
+        column: AssetColumn,
+        values: list[Any],
+        dropped: list[bool],
+        written: dict[int, list[tuple[str, int]]],
+        *,
+        shard_id: str,
+        first_row: int,
     ) -> list[Any]:
+        """The column's new paths, every asset copied to a file of its own."""
         results: list[Any] = list(values)
         jobs = list(self.jobs(column, values, dropped))
         directory = f"{self.attempt_dir}/{column.dirname}"
         form = column.info.form
         names = [asset_path(first_row + row, element, value, form) for row, element, value in jobs]
+        outcomes = await self._copy_all(jobs, names, directory, form)
+        sums: list[Any] | None = None
+        if self.config.checksum is not None:
+            sums = [[None] * len(v) if column.info.is_list and v else None for v in values]
+            self._column_sums[column.name] = sums
+        # names hold safe characters only, so the column folder's URL is their prefix
+        directory_url = self.folder.url_of(directory)
+        copied = copied_bytes = 0
+        for (row, element, value), name, (size, error) in zip(jobs, names, outcomes, strict=True):
+            if error is not None:
+                if not isinstance(error, MissingAsset):
+                    raise self.fail(column, first_row + row, element, value, error, shard_id)
+                new = self.on_missing(column, first_row + row, element, error.path, shard_id)
+                self.place(results, column, values, row, element, new)
+                continue
+            copied += 1
+            copied_bytes += size
+            relative = f"{directory}/{name}"
+            written.setdefault(row, []).append((relative, size))
+            self.place(results, column, values, row, element, f"{directory_url}/{name}")
+            if sums is not None:
+                _put(sums, row, element, self._sums.pop(relative))
+        self.counters["assets_written"] += copied
+        self.counters["asset_bytes"] += copied_bytes
+        return results
+
+    async def _copy_all(
+        self, jobs: list[tuple[int, int | None, Any]], names: list[str], directory: str, form: str
+    ) -> list[tuple[Any, Any]]:
+        """Copy every job's value to ``directory/<its name>``; per job, in order, its
+        ``(size, None)`` or ``(None, error)``."""
         local = [self.local_output and not is_remote(value, form) for _, _, value in jobs]
         folders = [name.partition("/")[0] for name in names]
         runs = local_runs([k for k, is_local in enumerate(local) if is_local], folders)
@@ -152,34 +191,15 @@ class FileAssetWriter(AssetWriterBase):
         for run, run_outcomes in zip(runs, done, strict=True):
             for k, outcome in zip(run, run_outcomes, strict=True):
                 outcomes[k] = outcome
-        sums: list[Any] | None = None
-        if self.config.checksum is not None:
-            sums = [[None] * len(v) if column.info.is_list and v else None for v in values]
-            self._column_sums[column.name] = sums
-        # names hold safe characters only, so the column folder's URL is their prefix
-        directory_url = self.folder.url_of(directory)
-        copied = copied_bytes = 0
-        for (row, element, value), name, (size, error) in zip(jobs, names, outcomes, strict=True):
-            if error is not None:
-                if isinstance(error, MissingAsset):
-                    new = self.on_missing(column, first_row + row, element, error.path, shard_id)
-                    self.place(results, column, values, row, element, new)
-                    continue
-                raise self.fail(column, first_row + row, element, value, error, shard_id)
-            copied += 1
-            copied_bytes += size
-            relative = f"{directory}/{name}"
-            written.setdefault(row, []).append((relative, size))
-            self.place(results, column, values, row, element, f"{directory_url}/{name}")
-            if sums is not None:
-                checksum = self._sums.pop(relative)
-                if element is None:
-                    sums[row] = checksum
-                else:
-                    sums[row][element] = checksum
-        self.counters["assets_written"] += copied
-        self.counters["asset_bytes"] += copied_bytes
-        return results
+        return outcomes
+
+
+def _put(cells: list[Any], row: int, element: int | None, value: Any) -> None:
+    """Set a row's cell, or one element of its list."""
+    if element is None:
+        cells[row] = value
+    else:
+        cells[row][element] = value
 
 
 def asset_path(row: int, element: int | None, value: Any, form: str) -> str:

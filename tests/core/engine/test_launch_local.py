@@ -259,18 +259,18 @@ def test_a_worker_stops_after_its_last_shard_without_waiting_for_the_launcher(
 ):
     """With no shard left to hand out, a worker is told to stop along with its last
     shard: it closes its callbacks while the launcher is still recording that shard."""
-    from refiner_core.execution import launcher
+    from refiner_core.execution import rundir
 
     stamp = tmp_path / "closed_at"
     recorded: list[float] = []
-    mark = launcher._RunDir.mark
+    mark = rundir.RunDir.mark
 
     def slow_mark(self, index, manifest):
         time.sleep(0.5)
         mark(self, index, manifest)
         recorded.append(time.monotonic())
 
-    monkeypatch.setattr(launcher._RunDir, "mark", slow_mark)
+    monkeypatch.setattr(rundir.RunDir, "mark", slow_mark)
     items(2, per_shard=2).map_async(factory=lambda: _ClosingStamp(stamp)).write_parquet(
         str(tmp_path / "out")
     ).launch_local()
@@ -304,7 +304,7 @@ def test_every_worker_is_reaped_before_launch_returns_even_one_slow_to_exit(tmp_
 def test_an_error_in_the_launcher_itself_stops_the_workers_promptly(tmp_path, monkeypatch):
     """If recording a finished shard fails (a full disk), the launcher raises that error
     and stops the workers instead of letting them run the shards they were given."""
-    from refiner_core.execution import launcher
+    from refiner_core.execution import rundir
 
     log = CallLog(tmp_path / "log")
 
@@ -316,7 +316,7 @@ def test_an_error_in_the_launcher_itself_stops_the_workers_promptly(tmp_path, mo
     def full_disk(self, index, manifest):
         raise OSError(28, "No space left on device", str(tmp_path / "run"))
 
-    monkeypatch.setattr(launcher._RunDir, "mark", full_disk)
+    monkeypatch.setattr(rundir.RunDir, "mark", full_disk)
     with pytest.raises(OSError, match="No space left"):
         items(20, per_shard=5).map_async(slow, max_in_flight=1).write_parquet(
             str(tmp_path / "out")
