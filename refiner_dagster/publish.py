@@ -95,7 +95,7 @@ class AuditPolicy:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-class AuditFailedError(RuntimeError):
+class AuditFailedError(mdr.RefinerError, RuntimeError):
     """A version was reduced but not published because ERROR-severity checks failed."""
 
     def __init__(self, message: str, failed: list[str], results: list[dg.AssetCheckResult]):
