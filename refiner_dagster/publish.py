@@ -30,6 +30,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
+from refiner_core.integration import finalize_output
 from refiner_core.manifests import DatasetSummary, PersistedManifests
 
 from .checks import (
@@ -129,9 +130,14 @@ def reduce_version(
             "materialize the dataset asset again"
         )
     version.storage.refuse_superseded(version)
-    # Finalization reads only the persisted manifests: the writer's pipeline never runs.
-    sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-    return sequence.finalize(run_id, persisted=persisted)
+    return finalize_output(
+        version.format,
+        version.url,
+        run_id,
+        assets=asset_config_from_record(version.record),
+        storage_options=version.storage_options or None,
+        persisted=persisted,
+    )
 
 
 def audit_version(

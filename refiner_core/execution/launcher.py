@@ -18,11 +18,14 @@ from typing import Any
 
 from ..errors import StageFailed, StepError
 from ..io.ownership import DEFAULT_STALE_AFTER_S, Lease, OutputOwnership
-from ..manifests import AttemptManifest, DatasetSummary, new_run_id
+from ..manifests import AttemptManifest, DatasetSummary
+from ..manifests._attempts import new_run_id
 from ..validation import check_positive
 from .fingerprint import RunFingerprint, describe_sequence, describe_stage
 from .lifeline import exit_with_parent
 from .progress import StageProgress
+from .protocols import ReduceStage
+from .stages import WriteStage
 from .start_methods import (
     resolve_start_method,
     stage_for_workers,
@@ -533,7 +536,7 @@ def _run_stages(
         stats.stages.append(st)
         label = f"{name} stage {index}: {stage.name}"
         lease = _lease(owners, stage)
-        if stage.kind == "finalize":
+        if isinstance(stage, ReduceStage):
             write_index = writes.get(id(stage.sink))
             accepted = None
             if write_index is not None:  # the attempts this run dir accepted, no others
@@ -551,7 +554,7 @@ def _run_stages(
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()
         else:
-            if stage.kind == "write":
+            if isinstance(stage, WriteStage):
                 writes[id(stage.sink)] = index
             try:
                 shards = stage.plan(run_id=state.run_id, workers=state.plan_workers)

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..vocabulary import AssetForm, Format, MissingPolicy
-from .attempts import SUMMARY_PATH, manifest_path
+from ..vocabulary import AssetForm, MissingPolicy
+from ._attempts import SUMMARY_PATH, manifest_path
 
 # The JSON layout of manifests and summaries. 1: before the field existed (read as is).
 FORMAT_VERSION = 2
@@ -137,28 +137,49 @@ class AttemptManifest:
             ) from exc
 
 
-def make_manifest(
-    *,
-    run_id: str,
-    shard_id: str,
-    attempt_id: str,
-    started_at: float,
-    written: dict[str, Any],
-    counters: dict[str, int],
-    steps: list[dict[str, Any]],
-) -> AttemptManifest:
-    return AttemptManifest(
-        run_id=run_id,
-        shard_id=shard_id,
-        attempt_id=attempt_id,
-        started_at=started_at,
-        completed_at=time.time(),
-        files=tuple(written.get("files", ())),
-        asset_dirs=tuple(written.get("asset_dirs", ())),
-        extra=written.get("extra", {}),
-        counters=counters,
-        steps=tuple(steps),
-    )
+@dataclass(frozen=True)
+class AttemptResult:
+    """What a sink's attempt writer wrote, as ``AttemptWriter.close()`` returns it.
+
+    ``files`` and ``asset_dirs`` are relative to the output folder, ``extra`` is what
+    the sink needs at commit. :meth:`manifest` makes it the attempt's manifest.
+
+    Example:
+        >>> result = AttemptResult(files=("a.parquet",), counters={"rows_written": 2})
+        >>> m = result.manifest(run_id="r1", shard_id="00000", attempt_id="0123456789ab",
+        ...                     started_at=1.0, rows_read=2)
+        >>> m.files, m.counters
+        (('a.parquet',), {'rows_read': 2, 'rows_written': 2})
+    """
+
+    files: tuple[str, ...] = ()
+    asset_dirs: tuple[str, ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def manifest(
+        self,
+        *,
+        run_id: str,
+        shard_id: str,
+        attempt_id: str,
+        started_at: float,
+        rows_read: int,
+        steps: tuple[dict[str, Any], ...] = (),
+    ) -> AttemptManifest:
+        """The manifest of the attempt that wrote this, completed now."""
+        return AttemptManifest(
+            run_id=run_id,
+            shard_id=shard_id,
+            attempt_id=attempt_id,
+            started_at=started_at,
+            completed_at=time.time(),
+            files=self.files,
+            asset_dirs=self.asset_dirs,
+            extra=self.extra,
+            counters={"rows_read": rows_read, **self.counters},
+            steps=steps,
+        )
 
 
 def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
@@ -209,7 +230,7 @@ class DatasetSummary(Mapping[str, Any]):
     """
 
     output: str
-    format: Format
+    format: str
     run_id: str
     shards: int = 0
     counters: dict[str, int] = field(default_factory=dict)

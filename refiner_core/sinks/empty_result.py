@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from ..manifests import AttemptManifest
+
+if TYPE_CHECKING:
+    from .files import FileSink
 
 EMPTY_SCHEMA_KEY = "empty_schema"
 
@@ -35,7 +38,7 @@ def schema_from_text(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def write_empty_result(sink: Any, committed: dict[str, AttemptManifest]) -> list[str]:
+def write_empty_result(sink: FileSink, committed: dict[str, AttemptManifest]) -> list[str]:
     """Write the 0-row file of an empty result; returns the files written (none when a
     committed attempt wrote data, or when no attempt knew the columns)."""
     if not sink.read_suffixes or not committed:

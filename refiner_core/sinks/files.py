@@ -7,16 +7,20 @@ import asyncio
 import collections
 import contextlib
 import json
-from typing import Any
+import posixpath
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ..blocks import conform
 from ..datatype import asset_of, with_asset_form
-from ..io.datafile import DataFolder
-from ..manifests import LAYOUT_PATH, AttemptManifest, attempt_key
+from ..io.datafile import DataFolder, completed_name
+from ..manifests import AttemptManifest, AttemptResult
+from ..manifests._attempts import LAYOUT_PATH, attempt_key, parse_attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
-from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text
+from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text, write_empty_result
+from .protocol import AttemptKey, AttemptWriter, Leftovers
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
@@ -66,20 +70,55 @@ class FolderSink:
         }
         self.folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
 
-    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> Any:  # pragma: no cover
+    def open_attempt(
+        self, shard_id: str, attempt_id: str, run_id: str
+    ) -> AttemptWriter:  # pragma: no cover
         raise NotImplementedError
-
-    def finalize_stages(self) -> list[Any]:
-        from .finalize import FinalizeStage
-
-        return [FinalizeStage(self)]
 
     def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         """Hook for sinks that need a commit (Lance); plain files are visible already."""
         return {}
 
+    def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
+        """Nothing to write for an empty result unless the format has data files."""
+        return []
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete asset folders named for attempts that are not kept (``check`` before each)."""
+        leftovers = Leftovers()
+        if self.assets is None:
+            return leftovers
+        subdir = self.assets.subdir
+        for name in self.folder.listdir(subdir):
+            key = parse_attempt_key(name)
+            if key is not None and key not in keep:
+                check()
+                self.folder.rm(f"{subdir}/{name}", recursive=True)
+                leftovers.rejected.add(key)
+                leftovers.removed += 1
+        return leftovers
+
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise when this format cannot store ``schema``."""
+
+
+class TableWriter(Protocol):
+    """Writes Arrow tables into one open data file (what ``open_table_writer`` returns)."""
+
+    def write(self, table: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _completed_relative(relative: str) -> str | None:
+    """The file a leftover temporary file of an interrupted write would have become."""
+    directory, base = posixpath.split(relative)
+    name = completed_name(base)
+    if name is None:
+        return None
+    return posixpath.join(directory, name) if directory else name
 
 
 class FileSink(FolderSink):
@@ -109,14 +148,46 @@ class FileSink(FolderSink):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
         return FileAttemptWriter(self, shard_id, attempt_id)
 
-    def open_table_writer(self, file: Any, schema: pa.Schema) -> Any:  # pragma: no cover
+    def open_table_writer(self, file: Any, schema: pa.Schema) -> TableWriter:  # pragma: no cover
         raise NotImplementedError
+
+    def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
+        return write_empty_result(self, committed)
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete data files (and temporary files of interrupted writes) and asset
+        folders named for attempts that are not kept (``check`` before each)."""
+        leftovers = Leftovers()
+        for relative in self._candidate_files():
+            parsed = self.template.parse(relative)
+            if parsed is None and (completed := _completed_relative(relative)) is not None:
+                parsed = self.template.parse(completed)
+            if parsed and parsed not in keep:
+                check()
+                self.folder.rm(relative)
+                leftovers.rejected.add(parsed)
+                leftovers.removed += 1
+        assets = super().remove_leftovers(keep, run_id, check)
+        return Leftovers(leftovers.rejected | assets.rejected, leftovers.removed + assets.removed)
+
+    def _candidate_files(self) -> list[str]:
+        """Files that could carry the template's names: one listing when its folder is
+        fixed, else every file below the fixed part of its folder (bookkeeping and
+        asset folders left out)."""
+        directory = posixpath.dirname(self.template.template)
+        if "{" not in directory:
+            return [posixpath.join(directory, n) for n in self.folder.listdir(directory)]
+        fixed = posixpath.dirname(directory[: directory.index("{")])
+        skip = ("_refiner/", *((f"{self.assets.subdir}/",) if self.assets else ()))
+        return [r for r in self.folder.find(fixed) if not r.startswith(skip)]
 
 
 class FileAttemptWriter:
     """Writes one shard attempt: assets first, then the data file that points at them."""
 
-    def __init__(self, sink: FolderSink, shard_id: str, attempt_id: str) -> None:
+    def __init__(self, sink: Any, shard_id: str, attempt_id: str) -> None:
         self.sink = sink
         self.shard_id = shard_id
         self.attempt_id = attempt_id
@@ -124,7 +195,7 @@ class FileAttemptWriter:
         self.assets = make_asset_writer(sink.assets, sink.folder, attempt_key(shard_id, attempt_id))
         self._stack = contextlib.ExitStack()
         self._file: Any = None
-        self._writer: Any = None
+        self._writer: TableWriter | None = None
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
@@ -188,10 +259,13 @@ class FileAttemptWriter:
         return pa.schema(fields, metadata=schema.metadata)
 
     def _put(self, table: pa.Table) -> None:
+        assert self._writer is not None  # opened by the first block
         self._writer.write(table)
 
-    async def close(self) -> dict[str, Any]:
-        written: dict[str, Any] = {"files": [], "asset_dirs": [], "counters": {}}
+    async def close(self) -> AttemptResult:
+        asset_dirs: tuple[str, ...] = ()
+        counters: dict[str, int] = {}
+        extra: dict[str, Any] = {}
         if self.assets is not None:
             while self._pending:
                 for ready in await self._pending.popleft():
@@ -199,23 +273,22 @@ class FileAttemptWriter:
             for ready in await self.assets.flush():
                 self._write_table(ready)
             asset_result = await self.assets.close()
-            written["asset_dirs"] = asset_result.get("asset_dirs", [])
-            written["counters"].update(asset_result.get("counters", {}))
+            asset_dirs = tuple(asset_result.get("asset_dirs", ()))
+            counters.update(asset_result.get("counters", {}))
         bytes_written = 0
+        files: tuple[str, ...] = ()
         if self._writer is None and self.sink.read_suffixes:
             schema = self._output_schema(self.empty_schema or pa.schema([]))
-            written["extra"] = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
+            extra = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
         if self._writer is not None:
             self._writer.close()
             bytes_written = self._file.tell()
             self._stack.close()
-            written["files"] = [self.relative]
-        written["counters"].update(
-            rows_written=self.rows_written,
-            files_written=len(written["files"]),
-            bytes_written=bytes_written,
+            files = (self.relative,)
+        counters.update(
+            rows_written=self.rows_written, files_written=len(files), bytes_written=bytes_written
         )
-        return written
+        return AttemptResult(files=files, asset_dirs=asset_dirs, counters=counters, extra=extra)
 
     async def abort(self) -> None:
         for task in self._pending:

@@ -8,13 +8,9 @@ from pathlib import Path
 import pytest
 
 import refiner_core as mdr
-from refiner_core.manifests import (
-    FORMAT_VERSION,
-    MANIFEST_DIR,
-    SUMMARY_PATH,
-    AttemptManifest,
-    DatasetSummary,
-)
+from refiner_core.manifests import AttemptManifest, DatasetSummary
+from refiner_core.manifests._attempts import MANIFEST_DIR, SUMMARY_PATH
+from refiner_core.manifests.values import FORMAT_VERSION
 
 
 def _written(tmp_path: Path, rows: int = 6) -> tuple[Path, mdr.PipelineSequence, mdr.LaunchStats]:
