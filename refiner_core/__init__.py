@@ -6,7 +6,7 @@ Example:
     >>> pipeline = mdr.from_items([{"episode": i, "num_frames": 100 * i} for i in range(4)])
     >>> pipeline = pipeline.map(lambda row: {"long": row.num_frames > 150})
     >>> stats = pipeline.write_parquet(out).launch_local(num_workers=2)
-    >>> stats.summary["rows_written"]
+    >>> stats.summary.counters["rows_written"]
     4
 """
 

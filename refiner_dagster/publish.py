@@ -141,7 +141,7 @@ def reduce_version(
 
 
 def audit_version(
-    version: DatasetVersion, summary: dict[str, Any], policy: AuditPolicy
+    version: DatasetVersion, summary: DatasetSummary, policy: AuditPolicy
 ) -> list[dg.AssetCheckResult]:
     """The ``missing_assets`` and ``reference_integrity`` results of a reduced version."""
     missing = missing_assets_result(summary, max_missing_fraction=policy.max_missing_fraction)
@@ -212,7 +212,7 @@ def finalize_version(
     *,
     audit: AuditPolicy | None = None,
     is_live: RunLiveness | None = None,
-) -> dict[str, Any]:
+) -> DatasetSummary:
     """Reduce ``version``, audit it (when ``audit`` is given) and publish it.
 
     Idempotent: finalizing an already published version runs the reducer again

@@ -548,8 +548,8 @@ def _run_stages(
                 exc.add_note(f"raised by {label} (run {state.run_id})")
                 raise
             stats.summary = st.summary
-            st.rows = st.summary.get("rows_written", 0)
-            st.bytes = st.summary.get("bytes_written", 0)
+            st.rows = st.summary.counters.get("rows_written", 0)
+            st.bytes = st.summary.counters.get("bytes_written", 0)
             progress = StageProgress(label, 1, rate=False, started=stage_started)
             progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
             progress.close()

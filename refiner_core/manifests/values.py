@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -212,18 +212,23 @@ _SUMMARY_FIELDS = (
 )
 
 
+# ``asset_mode`` as the first summaries wrote it: the config's class name.
+_OLD_ASSET_MODES: dict[str, AssetForm] = {"FileAssetConfig": "files", "BlobAssetConfig": "blobs"}
+
+
 @dataclass(frozen=True)
-class DatasetSummary(Mapping[str, Any]):
+class DatasetSummary:
     """What a finalization kept and removed, with every counter summed over the kept attempts.
 
     Persisted at ``<output>/_refiner/summary.json`` (counters at the top level of the
-    JSON form) and returned as ``launch_local(...).summary``. It also reads like that
-    JSON form: ``summary["rows_written"]`` is ``summary.counters["rows_written"]``.
+    JSON form) and returned as ``launch_local(...).summary``. Read it by attribute;
+    ``counters`` holds every summed counter (``rows_written``, ``assets_written``, ...),
+    ``totals`` those and the counts only finalization makes, in one mapping.
 
     Example:
         >>> s = DatasetSummary(output="/data/out", format="parquet", run_id="r1", shards=2,
         ...                    counters={"rows_written": 10})
-        >>> s.rows_written, s["rows_written"], s["shards"]
+        >>> s.rows_written, s.counters["rows_written"], s.shards
         (10, 10, 2)
         >>> DatasetSummary.from_json(s.to_json(), where="example") == s
         True
@@ -252,6 +257,16 @@ class DatasetSummary(Mapping[str, Any]):
     def rows_written(self) -> int:
         return self.counters.get("rows_written", 0)
 
+    @property
+    def totals(self) -> dict[str, int]:
+        """Every counter, with ``shards``, ``rejected_attempts_removed`` and ``files_removed``."""
+        return {
+            **self.counters,
+            "shards": self.shards,
+            "rejected_attempts_removed": self.rejected_attempts_removed,
+            "files_removed": self.files_removed,
+        }
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format_version": FORMAT_VERSION}
         for name in _SUMMARY_FIELDS[:4]:
@@ -264,7 +279,9 @@ class DatasetSummary(Mapping[str, Any]):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, where: str) -> DatasetSummary:
-        """Read the JSON form (any known ``format_version``); ``where`` names the file."""
+        """Read the JSON form (any known ``format_version``, including the first
+        summaries, which named ``asset_mode`` by the config's class); ``where`` names
+        the file."""
         _format_version(data, where)
         known = {f.name for f in fields(cls)}
         counters = _int_counters(
@@ -282,7 +299,9 @@ class DatasetSummary(Mapping[str, Any]):
                 files=tuple(data.get("files", ())),
                 asset_dirs=tuple(data.get("asset_dirs", ())),
                 asset_subdir=data.get("asset_subdir"),
-                asset_mode=data.get("asset_mode"),
+                asset_mode=_OLD_ASSET_MODES.get(
+                    data.get("asset_mode") or "", data.get("asset_mode")
+                ),
                 missing_policy=data.get("missing_policy"),
                 commit=dict(data.get("commit") or {}),
                 open_uploads=tuple(dict(u) for u in data.get("open_uploads", ())),
@@ -303,13 +322,3 @@ class DatasetSummary(Mapping[str, Any]):
         """The summary persisted under ``folder`` (``FileNotFoundError`` when not finalized)."""
         data = _read_json(folder, SUMMARY_PATH, what="dataset summary", fix=_SUMMARY_FIX)
         return cls.from_json(data, where=folder.url_of(SUMMARY_PATH))
-
-    # The JSON form as a read-only mapping, so ``summary["rows_written"]`` keeps working.
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())

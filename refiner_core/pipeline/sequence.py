@@ -26,7 +26,7 @@ class PipelineSequence:
         >>> seq = mdr.from_items([{"x": 1}, {"x": 2}]).write_parquet(out)
         >>> [stage.kind for stage in seq.stages]
         ['write', 'finalize']
-        >>> seq.launch_local(num_workers=1).summary["rows_written"]
+        >>> seq.launch_local(num_workers=1).summary.counters["rows_written"]
         2
 
     Running the stages one by one (what a scheduler such as Dagster does)::

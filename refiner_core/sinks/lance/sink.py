@@ -67,7 +67,7 @@ class LanceSink(FolderSink):
         >>> import tempfile, refiner_core as mdr
         >>> out = tempfile.mkdtemp() + "/episodes.lance"
         >>> stats = mdr.from_items([{"a": 1}, {"a": 2}]).write_lance(out).launch_local()
-        >>> stats.summary["commit"]["version"], stats.summary["rows_written"]
+        >>> stats.summary.commit["version"], stats.summary.counters["rows_written"]
         (1, 2)
     """
 
