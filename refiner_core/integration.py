@@ -9,15 +9,8 @@ imports refiner_core's internals only through this module (``tests/test_layering
 enforces it for refiner_dagster).
 
 Example:
-    >>> import tempfile, refiner_core as mdr
-    >>> from refiner_core.integration import finalize_output
-    >>> out = tempfile.mkdtemp()
-    >>> write = mdr.from_items([{"x": 1}]).write_jsonl(out).write_stage
-    >>> manifests = write.run_task(write.plan("0123456789ab"), run_id="0123456789ab")
-    >>> committed_counters(choose_committed(manifests, "0123456789ab").values())["rows_written"]
-    1
-    >>> finalize_output("jsonl", out, "0123456789ab").shards
-    1
+    >>> committed_counters(choose_committed([], run_id="0123456789ab").values())["rows_written"]
+    0
 """
 
 from __future__ import annotations

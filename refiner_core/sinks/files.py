@@ -1,5 +1,18 @@
 """What sinks share: ``FolderSink`` (an output folder, its assets, finalization) and, for
-Parquet and JSONL, ``FileSink`` (one data file per shard attempt, created lazily)."""
+Parquet and JSONL, ``FileSink`` (one data file per shard attempt, created lazily).
+
+An empty result still reads back: attempts that wrote no rows write no data file;
+each records the columns it knew (``extra.empty_schema`` in its manifest: from a
+0-row block, or the source's columns when every step only filters). When no committed
+attempt of the run wrote a data file, finalization writes one 0-row file under the
+name of the first committed attempt, so ``read_parquet(out)`` returns no rows with the
+right schema instead of failing on a folder without data files, and a mostly empty
+result never gets a file per empty shard.
+
+Example:
+    >>> schema_from_text(schema_to_text(pa.schema([("id", pa.int32())]))).names
+    ['id']
+"""
 
 from __future__ import annotations
 
@@ -16,14 +29,15 @@ import pyarrow as pa
 from ..blocks import conform
 from ..datatype import asset_of, with_asset_form
 from ..io.datafile import DataFolder, completed_name
+from ..lance.dataset import schema_from_text, schema_to_text
 from ..manifests import AttemptManifest, AttemptResult
 from ..manifests._attempts import LAYOUT_PATH, attempt_key, parse_attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
-from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text, write_empty_result
 from .protocol import AttemptKey, AttemptWriter, Leftovers
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
+EMPTY_SCHEMA_KEY = "empty_schema"
 
 
 class FolderSink:
@@ -152,7 +166,19 @@ class FileSink(FolderSink):
         raise NotImplementedError
 
     def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
-        return write_empty_result(self, committed)
+        """The 0-row file of an empty result (see the module doc); none when a committed
+        attempt wrote data, or when no attempt knew the columns."""
+        if not self.read_suffixes or not committed or any(m.files for m in committed.values()):
+            return []
+        known = [m for _, m in sorted(committed.items()) if EMPTY_SCHEMA_KEY in m.extra]
+        if not known:
+            return []
+        first = known[0]
+        schema = schema_from_text(first.extra[EMPTY_SCHEMA_KEY])
+        relative = self.template.format(first.shard_id, first.attempt_id)
+        with self.folder.open_atomic(relative) as f:
+            self.open_table_writer(f, schema).close()
+        return [relative]
 
     def remove_leftovers(
         self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
@@ -199,7 +225,7 @@ class FileAttemptWriter:
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
-        # The columns of an attempt that wrote no rows, when known (see empty_result).
+        # The columns of an attempt that wrote no rows, when known (see the module doc).
         self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
 

@@ -104,9 +104,6 @@ class LanceSink(FolderSink):
         self._state: dict[str, Any] | None = None
         self._schemas: dict[int, pa.Schema] = {}
 
-    def describe(self) -> str:
-        return f"write_lance {self.url}"
-
     # run state -------------------------------------------------------------------
     def _latest(self) -> int | None:
         return call_isolated(latest_version, self.url, self.lance_options)
