@@ -242,7 +242,9 @@ def ratio_line(label: str, value: float, target: str) -> None:
 # cases ----------------------------------------------------------------------------
 
 
-def pack(input_table: str, output: Path, workers: int, config, *, default_plan=False) -> dict:
+def pack(
+    input_table: str, output: Path, workers: int, config, *, default_plan=False
+) -> mdr.DatasetSummary:
     """One shard per worker, or with ``default_plan`` the plan ``read_parquet`` makes."""
     pipeline = mdr.read_parquet(
         input_table,

@@ -165,7 +165,7 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         # each side took its own path for every reference, or the ratio compares nothing
         if policy == "error":
-            assert summary.counters["blobs_coalesced"] == packed["blocks_written"], summary
+            assert summary.counters["blobs_coalesced"] == packed.counters["blocks_written"], summary
             assert summary.counters["ranges_copied"] == 0, summary
         else:
             assert summary.counters["blobs_coalesced"] == 0, summary
