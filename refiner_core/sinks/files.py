@@ -44,8 +44,8 @@ class FolderSink:
     """Base of sinks that write into one output folder (a :class:`~refiner_core.sinks.Sink`).
 
     It holds the output folder and the ``assets=`` config, records the layout readers
-    rely on, and appends the finalization stage; subclasses give ``format`` and
-    ``open_attempt``.
+    rely on, and gives finalization's defaults (no commit, no empty-result file, asset
+    folders of rejected attempts removed); subclasses give ``format`` and ``open_attempt``.
     """
 
     format = "files"

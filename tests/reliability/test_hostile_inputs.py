@@ -399,7 +399,7 @@ def test_only_an_entirely_empty_result_gets_an_empty_file(tmp_path):
     rundir = tmp_path / "run"
     first = again.launch_local(rundir=str(rundir)).summary.files
     assert again.launch_local(rundir=str(rundir)).summary.files == first
-    assert sorted(p.name for p in out.glob("*.jsonl")) == first
+    assert sorted(p.name for p in out.glob("*.jsonl")) == list(first)
 
 
 # damaged run folders -----------------------------------------------------------------------
