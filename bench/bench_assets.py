@@ -247,7 +247,9 @@ def ratio_line(label: str, value: float, target: str) -> None:
 # cases ----------------------------------------------------------------------------
 
 
-def pack(input_table: str, output: Path, workers: int, config, *, default_plan=False) -> dict:
+def pack(
+    input_table: str, output: Path, workers: int, config, *, default_plan=False
+) -> mdr.DatasetSummary:
     """One shard per worker, or with ``default_plan`` the plan ``read_parquet`` makes."""
     pipeline = mdr.read_parquet(
         input_table,
@@ -316,7 +318,10 @@ def bench_pack_and_copy(
     def checked_pack(workers: int) -> Callable[[], None]:
         def run() -> None:
             summary = pack(index, out, workers, mdr.BlobAssetConfig(), default_plan=True)
-            assert summary["assets_written"] == count and summary["block_bytes"] == nbytes
+            assert (
+                summary.counters["assets_written"] == count
+                and summary.counters["block_bytes"] == nbytes
+            )
 
         return quiet(run)
 
@@ -405,7 +410,10 @@ def bench_pack_and_copy(
     def files(workers: int) -> Callable[[], None]:
         def run() -> None:
             summary = pack(index, out, workers, mdr.FileAssetConfig(), default_plan=True)
-            assert summary["assets_written"] == count and summary["asset_bytes"] == nbytes
+            assert (
+                summary.counters["assets_written"] == count
+                and summary.counters["asset_bytes"] == nbytes
+            )
 
         return quiet(run)
 
@@ -454,8 +462,11 @@ def bench_pack_and_copy(
     )
     m = report("re-pack a fully referenced dataset", runs, nbytes)
     coalesced, ranged = summaries["error"], summaries["set_null"]
-    assert coalesced["blobs_coalesced"] == len(block_files) and coalesced["ranges_copied"] == 0
-    assert ranged["blobs_coalesced"] == 0 and ranged["ranges_copied"] == count
+    assert (
+        coalesced.counters["blobs_coalesced"] == len(block_files)
+        and coalesced.counters["ranges_copied"] == 0
+    )
+    assert ranged.counters["blobs_coalesced"] == 0 and ranged.counters["ranges_copied"] == count
     ratio = m["re-pack, coalesced"] / m["cp of the blocks"]
     ratio_line("coalesced / cp", ratio, "<= 1.3")
     gain = m["re-pack, per range (set_null)"] / m["re-pack, coalesced"]

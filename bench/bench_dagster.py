@@ -87,7 +87,7 @@ def demo_direct() -> None:
     out = Path(tempfile.mkdtemp(prefix="direct-", dir=WORK))
     workers = available_cpus()
 
-    def write(pipeline: mdr.Pipeline, name: str, config) -> dict:
+    def write(pipeline: mdr.Pipeline, name: str, config) -> mdr.DatasetSummary:
         stats = pipeline.write_parquet(str(out / name), assets=config).launch_local(
             num_workers=workers
         )
@@ -101,17 +101,17 @@ def demo_direct() -> None:
         .batch_map_async(demo.score_batch, batch_size=8, max_in_flight=2)
     )
     written = write(labeled, "labeled", mdr.FileAssetConfig())
-    assert written["assets_written"] > 0, written
+    assert written.counters["assets_written"] > 0, written
     small = mdr.BlobAssetConfig(target_bytes=demo.PACKED_TARGET_BYTES)
     packed = write(mdr.read_parquet(str(out / "labeled")), "packed", small)
-    assert packed["assets_written"] > 0, packed
+    assert packed.counters["assets_written"] > 0, packed
     write(mdr.read_parquet(str(out / "packed")), "repacked", mdr.BlobAssetConfig())
     gap = write(
         demo.source_pipeline().map(demo.with_gap),
         "gap",
         mdr.BlobAssetConfig(missing_policy="set_null"),
     )
-    assert gap["missing_assets"] == 1, gap
+    assert gap.counters["missing_assets"] == 1, gap
     write(thumbnails(), "thumbnails", small)
     shutil.rmtree(out)
 
@@ -141,7 +141,7 @@ def packed_direct(index: str, count: int) -> None:
     stats = pipeline.write_parquet(str(out), assets=mdr.BlobAssetConfig()).launch_local(
         num_workers=available_cpus()
     )
-    assert stats.summary["assets_written"] == count, stats.summary
+    assert stats.summary.counters["assets_written"] == count, stats.summary
     shutil.rmtree(out)
 
 

@@ -101,7 +101,7 @@ def run_launch_local(base_url: str, n: int, concurrency: int) -> float:
         started = time.perf_counter()
         stats = pipeline.write_jsonl(tmp).launch_local(num_workers=1)
         elapsed = time.perf_counter() - started
-    assert stats.summary["rows_written"] == n, stats.summary
+    assert stats.summary.counters["rows_written"] == n, stats.summary
     return n / elapsed
 
 

@@ -126,7 +126,7 @@ def refiner(
     started = time.perf_counter()
     stats = pipeline.write_lance(uri).launch_local(num_workers=workers, start_method=start_method)
     elapsed = time.perf_counter() - started
-    assert stats.summary["commit"]["version"] == 1
+    assert stats.summary.commit["version"] == 1
     return elapsed
 
 

@@ -60,7 +60,7 @@ def run_launch(start_method: str) -> list[float]:
 def run_write(folder: str, start_method: str) -> list[float]:
     out = tempfile.mkdtemp(dir=folder)
     stats = pipeline().write_parquet(out).launch_local(start_method=start_method)
-    assert stats.summary["rows_written"] == ROWS
+    assert stats.summary.counters["rows_written"] == ROWS
     return [stage.elapsed_s for stage in stats.stages]
 
 

@@ -104,9 +104,9 @@ def main() -> None:
         def case(**options):
             def run() -> None:
                 summary = pack(table, out, 1, mdr.BlobAssetConfig(**options))
-                assert summary["assets_written"] == args.files, summary
-                assert summary["block_bytes"] == args.files * size, summary
-                assert summary["assets_deduplicated"] == 0, summary
+                assert summary.counters["assets_written"] == args.files, summary
+                assert summary.counters["block_bytes"] == args.files * size, summary
+                assert summary.counters["assets_deduplicated"] == 0, summary
 
             return quiet(run)
 

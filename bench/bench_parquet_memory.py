@@ -145,7 +145,7 @@ def _write(pipeline, workdir: str) -> int:
     with contextlib.redirect_stderr(io.StringIO()):
         stats = pipeline.write_parquet(out).launch_local(num_workers=1)
     shutil.rmtree(out, ignore_errors=True)
-    return stats.summary["rows_written"]
+    return stats.summary.counters["rows_written"]
 
 
 def case_write(path: str, workdir: str, options: dict) -> int:

@@ -165,11 +165,11 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         # each side took its own path for every reference, or the ratio compares nothing
         if policy == "error":
-            assert summary["blobs_coalesced"] == packed["blocks_written"], summary
-            assert summary["ranges_copied"] == 0, summary
+            assert summary.counters["blobs_coalesced"] == packed.counters["blocks_written"], summary
+            assert summary.counters["ranges_copied"] == 0, summary
         else:
-            assert summary["blobs_coalesced"] == 0, summary
-            assert summary["ranges_copied"] == args.files, summary
+            assert summary.counters["blobs_coalesced"] == 0, summary
+            assert summary.counters["ranges_copied"] == args.files, summary
         return elapsed
 
     base_times, our_times, batched_times, whole_times, range_times = [], [], [], [], []

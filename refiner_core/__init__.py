@@ -6,7 +6,7 @@ Example:
     >>> pipeline = mdr.from_items([{"episode": i, "num_frames": 100 * i} for i in range(4)])
     >>> pipeline = pipeline.map(lambda row: {"long": row.num_frames > 150})
     >>> stats = pipeline.write_parquet(out).launch_local(num_workers=2)
-    >>> stats.summary["rows_written"]
+    >>> stats.summary.counters["rows_written"]
     4
 """
 
@@ -21,6 +21,7 @@ from .execution.launcher import LaunchStats
 from .io import ChecksumMismatchError, DataFile, DataFolder, iter_blobs, read_blob, read_blobs
 from .io.ownership import OutputFolderBusy, OwnershipLost
 from .io.versions import check_version
+from .manifests import DatasetSummary
 from .pipeline.pipeline import Pipeline
 from .pipeline.sequence import PipelineSequence
 from .row import Row
@@ -31,9 +32,9 @@ from .sources.committed import UncommittedOutput
 from .sources.lerobot import LeRobotSource, RowsMode
 from .video import ClipNotOnKeyframe, read_clip, read_frames, verify_video
 
-# Submodules that are public as a whole, besides the names in ``__all__``: integrations
-# such as refiner_dagster import only these and ``__all__``.
-PUBLIC_MODULES = ("cpus", "datatype", "errors", "inference", "io", "manifests", "vocabulary")
+# Submodules a user imports, besides the names in ``__all__``. Integrations such as
+# refiner_dagster import only these, ``__all__`` and the seam ``refiner_core.integration``.
+PUBLIC_MODULES = ("datatype", "errors", "inference", "io", "manifests", "vocabulary")
 
 
 def read_parquet(
@@ -192,6 +193,7 @@ __all__ = [
     "ClipNotOnKeyframe",
     "DataFile",
     "DataFolder",
+    "DatasetSummary",
     "FileAssetConfig",
     "LaunchStats",
     "OutputFolderBusy",

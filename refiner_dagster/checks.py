@@ -42,25 +42,28 @@ DEFAULT_SAMPLE_SIZE = 10_000
 _SHOWN_FAILURES = 5
 
 
-def missing_fraction(summary: dict[str, Any]) -> float:
+def missing_fraction(summary: mdr.DatasetSummary | None) -> float:
     """Missing source assets over all the source assets the write met (0 when none)."""
-    missing = int(summary.get("missing_assets", 0))
-    seen = missing + int(summary.get("assets_written", 0))
+    counters = summary.counters if summary is not None else {}
+    missing = counters.get("missing_assets", 0)
+    seen = missing + counters.get("assets_written", 0)
     return missing / seen if seen else 0.0
 
 
 def missing_assets_result(
-    summary: dict[str, Any], *, max_missing_fraction: float | None = None
+    summary: mdr.DatasetSummary | None, *, max_missing_fraction: float | None = None
 ) -> dg.AssetCheckResult:
     """Pass when nothing was missing; otherwise a WARN with what the policy did, or an
     ERROR when the missing fraction is above ``max_missing_fraction``."""
-    missing = int(summary.get("missing_assets", 0))
+    counters = summary.counters if summary is not None else {}
+    policy = summary.missing_policy if summary is not None else None
+    missing = counters.get("missing_assets", 0)
     fraction = missing_fraction(summary)
     metadata = {
         "missing_assets": dg.MetadataValue.int(missing),
-        "cells_nulled": dg.MetadataValue.int(int(summary.get("cells_nulled", 0))),
-        "rows_dropped": dg.MetadataValue.int(int(summary.get("rows_dropped", 0))),
-        "missing_policy": dg.MetadataValue.text(str(summary.get("missing_policy") or "none")),
+        "cells_nulled": dg.MetadataValue.int(counters.get("cells_nulled", 0)),
+        "rows_dropped": dg.MetadataValue.int(counters.get("rows_dropped", 0)),
+        "missing_policy": dg.MetadataValue.text(str(policy or "none")),
     }
     if max_missing_fraction is not None:
         metadata["missing_fraction"] = dg.MetadataValue.float(round(fraction, 6))
@@ -68,9 +71,9 @@ def missing_assets_result(
     if missing == 0:
         return dg.AssetCheckResult(passed=True, metadata=metadata)
     description = (
-        f"{missing} source asset(s) were missing: {summary.get('cells_nulled', 0)} cell(s) set "
-        f"to null, {summary.get('rows_dropped', 0)} row(s) dropped "
-        f"(missing_policy={summary.get('missing_policy')!r})"
+        f"{missing} source asset(s) were missing: {counters.get('cells_nulled', 0)} cell(s) set "
+        f"to null, {counters.get('rows_dropped', 0)} row(s) dropped "
+        f"(missing_policy={policy!r})"
     )
     too_many = max_missing_fraction is not None and fraction > max_missing_fraction
     if too_many:
@@ -407,7 +410,7 @@ def _define_checks(target: _CheckTarget) -> list[dg.AssetChecksDefinition]:
     def _missing(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         version = _published(context, target)
         return missing_assets_result(
-            version.summary() or {}, max_missing_fraction=target.max_missing_fraction
+            version.summary(), max_missing_fraction=target.max_missing_fraction
         )
 
     @dg.asset_check(

@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core import manifests
+from refiner_core import integration, manifests
 from refiner_core.manifests import AttemptManifest
 
 from .finalization import published_metadata
@@ -200,7 +200,7 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
     stage = version.writer(spec.pipeline(context), assets).write_stage
     # only this task's shards' manifests: one listing, then a read per manifest
     persisted = manifests.read_manifests(version.output_folder(), shard_ids=task.shard_ids)
-    committed = manifests.choose_committed(persisted, plan.run_id)
+    committed = integration.choose_committed(persisted, plan.run_id)
     todo = [s for s in task.shards if s.id not in committed]
     mapping_key = context.get_mapping_key()
     step_key = f"{context.op_handle}[{mapping_key}]" if mapping_key else str(context.op_handle)
@@ -208,7 +208,7 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
     written = stage.run_task(todo, run_id=plan.run_id, attempt_id=attempt) if todo else []
     kept = [committed[s.id] for s in task.shards if s.id in committed]
     result = sorted([*kept, *written], key=lambda m: m.shard_id)
-    totals = manifests.committed_counters(written)
+    totals = integration.committed_counters(written)
     context.log.info(
         f"task {task.index}: wrote {len(written)} shard(s) as attempt {attempt}, "
         f"{len(kept)} already committed, {totals.get('rows_written', 0)} rows"

@@ -16,6 +16,8 @@ from typing import Any
 
 import dagster as dg
 
+from refiner_core.manifests import DatasetSummary
+
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD, MISSING_ASSETS_CHECK
 from .checks import REFERENCE_INTEGRITY_CHECK as INTEGRITY_CHECK
 from .metadata import summary_metadata
@@ -61,7 +63,7 @@ def dataset_pool(dataset_key: dg.AssetKey) -> str:
     return "refiner/" + "/".join(dataset_key.path)
 
 
-def published_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str, Any]:
+def published_metadata(version: DatasetVersion, summary: DatasetSummary) -> dict[str, Any]:
     """Materialization metadata of a published version: counters, table metadata, version."""
     metadata = summary_metadata(summary, uri=version.url)
     if version.partition_key is not None:

@@ -20,11 +20,13 @@ import os
 
 import dagster as dg
 
+from refiner_core import RefinerError
+
 # The folder prefix Dagster's CLI gives the instance it makes when DAGSTER_HOME is unset.
 TEMPORARY_HOME_PREFIX = ".tmp_dagster_home_"
 
 
-class TemporaryInstanceError(RuntimeError):
+class TemporaryInstanceError(RefinerError, RuntimeError):
     """A dataset would be written where Dagster deletes it when the command exits."""
 
 

@@ -35,7 +35,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
-from refiner_core import manifests
+from refiner_core import integration, manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import published_metadata
@@ -71,8 +71,8 @@ def committed_counters(
     (``persisted``, when the caller has read them already)."""
     if persisted is None:
         persisted = manifests.read_persisted(version.output_folder())
-    committed = manifests.choose_committed(persisted.manifests, engine_run_id)
-    totals = manifests.committed_counters(committed.values())
+    committed = integration.choose_committed(persisted.manifests, engine_run_id)
+    totals = integration.committed_counters(committed.values())
     totals["shards"] = len(committed)
     return totals
 

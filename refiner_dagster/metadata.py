@@ -5,8 +5,11 @@ materialization metadata of its finalization asset, op outputs), so a UI plot or
 an asset check can follow one number across runs.
 
 Example:
+    >>> from refiner_core import DatasetSummary
     >>> from refiner_dagster.metadata import summary_metadata
-    >>> md = summary_metadata({"rows_written": 3, "blocks_written": 1, "block_bytes": 9})
+    >>> summary = DatasetSummary(output="/data/out", format="parquet", run_id="r1",
+    ...     counters={"rows_written": 3, "blocks_written": 1, "block_bytes": 9})
+    >>> md = summary_metadata(summary)
     >>> md["dagster/row_count"].value, md["blocks_written"].value
     (3, 1)
 """
@@ -22,6 +25,7 @@ from refiner_core.manifests import (
     BYTE_COUNTER_KEYS,
     COUNTER_KEYS,
     FINALIZE_COUNTER_KEYS,
+    DatasetSummary,
     human_bytes,
 )
 
@@ -46,17 +50,18 @@ def _int(summary: Mapping[str, Any], key: str) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def summary_markdown(summary: Mapping[str, Any]) -> str:
+def summary_markdown(summary: DatasetSummary) -> str:
     """A short markdown table of the counters (zero rows of optional counters left out)."""
     always = {"rows_written", "assets_written", "blocks_written", "block_bytes", "missing_assets"}
     lines = ["| Counter | Value |", "| --- | ---: |"]
+    totals = summary.totals
     for key, label in SUMMARY_COUNTERS:
-        value = _int(summary, key)
+        value = _int(totals, key)
         if value == 0 and key not in always:
             continue
         shown = f"{value:,}" + (f" ({human_bytes(value)})" if key in BYTE_COUNTER_KEYS else "")
         lines.append(f"| {label} | {shown} |")
-    policy = summary.get("missing_policy")
+    policy = summary.missing_policy
     if policy:
         lines.append(f"| Missing policy | `{policy}` |")
     return "\n".join(lines)
@@ -74,21 +79,18 @@ def counters_metadata(
     return metadata
 
 
-def summary_metadata(summary: Mapping[str, Any], *, uri: str | None = None) -> dict[str, Any]:
-    """Materialization metadata of a finalization: every counter, the policy, a table.
-
-    ``summary`` is a :class:`refiner_core.manifests.DatasetSummary` (or its JSON form).
-    """
-    metadata = counters_metadata(summary)
-    if uri or summary.get("output"):
-        metadata["dagster/uri"] = dg.MetadataValue.path(uri or summary["output"])
-    if summary.get("run_id"):
-        metadata["refiner/run_id"] = dg.MetadataValue.text(str(summary["run_id"]))
-    if summary.get("format"):
-        metadata["refiner/format"] = dg.MetadataValue.text(str(summary["format"]))
-    if summary.get("asset_mode"):
-        metadata["refiner/asset_mode"] = dg.MetadataValue.text(str(summary["asset_mode"]))
-    if summary.get("missing_policy"):
-        metadata["refiner/missing_policy"] = dg.MetadataValue.text(str(summary["missing_policy"]))
+def summary_metadata(summary: DatasetSummary, *, uri: str | None = None) -> dict[str, Any]:
+    """Materialization metadata of a finalization: every counter, the policy, a table."""
+    metadata = counters_metadata(summary.totals)
+    if uri or summary.output:
+        metadata["dagster/uri"] = dg.MetadataValue.path(uri or summary.output)
+    if summary.run_id:
+        metadata["refiner/run_id"] = dg.MetadataValue.text(summary.run_id)
+    if summary.format:
+        metadata["refiner/format"] = dg.MetadataValue.text(summary.format)
+    if summary.asset_mode:
+        metadata["refiner/asset_mode"] = dg.MetadataValue.text(summary.asset_mode)
+    if summary.missing_policy:
+        metadata["refiner/missing_policy"] = dg.MetadataValue.text(summary.missing_policy)
     metadata["summary"] = dg.MetadataValue.md(summary_markdown(summary))
     return metadata

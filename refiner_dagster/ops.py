@@ -23,7 +23,8 @@ import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
-from refiner_core.manifests import AttemptManifest, DatasetSummary, committed_counters
+from refiner_core.integration import committed_counters
+from refiner_core.manifests import AttemptManifest, DatasetSummary
 
 from .metadata import counters_metadata, summary_metadata
 from .storage import short_run_id

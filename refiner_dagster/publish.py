@@ -30,6 +30,7 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
+from refiner_core.integration import finalize_output
 from refiner_core.manifests import DatasetSummary, PersistedManifests
 
 from .checks import (
@@ -95,7 +96,7 @@ class AuditPolicy:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-class AuditFailedError(RuntimeError):
+class AuditFailedError(mdr.RefinerError, RuntimeError):
     """A version was reduced but not published because ERROR-severity checks failed."""
 
     def __init__(self, message: str, failed: list[str], results: list[dg.AssetCheckResult]):
@@ -129,13 +130,18 @@ def reduce_version(
             "materialize the dataset asset again"
         )
     version.storage.refuse_superseded(version)
-    # Finalization reads only the persisted manifests: the writer's pipeline never runs.
-    sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-    return sequence.finalize(run_id, persisted=persisted)
+    return finalize_output(
+        version.format,
+        version.url,
+        run_id,
+        assets=asset_config_from_record(version.record),
+        storage_options=version.storage_options or None,
+        persisted=persisted,
+    )
 
 
 def audit_version(
-    version: DatasetVersion, summary: dict[str, Any], policy: AuditPolicy
+    version: DatasetVersion, summary: DatasetSummary, policy: AuditPolicy
 ) -> list[dg.AssetCheckResult]:
     """The ``missing_assets`` and ``reference_integrity`` results of a reduced version."""
     missing = missing_assets_result(summary, max_missing_fraction=policy.max_missing_fraction)
@@ -206,7 +212,7 @@ def finalize_version(
     *,
     audit: AuditPolicy | None = None,
     is_live: RunLiveness | None = None,
-) -> dict[str, Any]:
+) -> DatasetSummary:
     """Reduce ``version``, audit it (when ``audit`` is given) and publish it.
 
     Idempotent: finalizing an already published version runs the reducer again

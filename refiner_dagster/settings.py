@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import refiner_core as mdr
-from refiner_core.cpus import usable_cpus
+from refiner_core.integration import usable_cpus
 from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
 
 METADATA_PREFIX = "refiner/"
@@ -183,7 +183,7 @@ def resolve_settings(
 
     Every value is validated (see :func:`validate_asset_metadata`); a ``num_workers``
     left unset becomes the CPUs this process may use that other work leaves idle
-    (:func:`~refiner_core.cpus.usable_cpus`).
+    (:func:`~refiner_core.integration.usable_cpus`).
     """
     values = {**defaults, **validate_asset_metadata(metadata, where=where)}
     checked = {

@@ -156,7 +156,7 @@ def one_version(loaded: Any, who: str) -> DatasetVersion:
     return loaded
 
 
-class SupersededError(RuntimeError):
+class SupersededError(mdr.RefinerError, RuntimeError):
     """A version older than the published one is refused: readers keep the newer one."""
 
 

@@ -72,9 +72,9 @@ def dataset_table_name(version: DatasetVersion) -> str:
     return ".".join(version.asset_path)
 
 
-def table_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str, Any]:
+def table_metadata(version: DatasetVersion, summary: mdr.DatasetSummary) -> dict[str, Any]:
     """The standard ``dagster/*`` table metadata of a published (or pending) version."""
-    rows = int(summary.get("rows_written", 0) or 0)
+    rows = summary.rows_written
     metadata: dict[str, Any] = {
         "dagster/table_name": dg.MetadataValue.text(dataset_table_name(version)),
         "dagster/uri": dg.MetadataValue.path(version.url),

@@ -7,8 +7,10 @@ violation fails here before it can hide behind a lazy import:
 - the layers of ``refiner_core`` point one way: ``pipeline`` -> ``execution`` ->
   ``sinks`` / ``sources`` -> the shared modules (``lance``, ``io``, ``manifests``,
   ``blocks``, ``errors``, ...); ``sources`` and ``sinks`` never import each other;
-- ``refiner_dagster`` uses only ``refiner_core.__all__`` and the submodules listed in
-  ``refiner_core.PUBLIC_MODULES``.
+- ``execution`` may import the sink contract (``sinks.protocol``), nothing else of ``sinks``;
+- ``refiner_dagster`` uses only ``refiner_core.__all__``, the submodules listed in
+  ``refiner_core.PUBLIC_MODULES`` and the one seam ``refiner_core.integration``, and no
+  ``_`` name or ``_``-prefixed module of them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import refiner_core
 
 ROOT = pathlib.Path(refiner_core.__file__).parent.parent
 SHARED = ("lance", "io", "manifests", "blocks", "errors", "row", "datatype", "validation")
+SEAM = "refiner_core.integration"
+# modules a package may import although their package is forbidden to it: contracts
+CONTRACTS = {"execution": ("refiner_core.sinks.protocol",)}
 # package -> packages of refiner_core it must never import
 FORBIDDEN = {
     "sources": ("sinks", "execution", "pipeline"),
@@ -93,16 +98,18 @@ def core_violations() -> list[str]:
                 targets = [f"refiner_core.{n}" for n in imp.names]
             for target in targets:
                 other = layer(target)
+                if target in CONTRACTS.get(own or "", ()):
+                    continue
                 if own in FORBIDDEN and other in FORBIDDEN[own]:
                     found.append(f"{imp}: {own} must not import {other}")
     return found
 
 
 def dagster_violations() -> list[str]:
-    """Imports of refiner_core internals by refiner_dagster, and ``mdr.<name>`` uses of
-    names outside ``refiner_core.__all__``."""
-    public_names = set(refiner_core.__all__) | set(refiner_core.PUBLIC_MODULES)
-    public_modules = {f"refiner_core.{m}" for m in refiner_core.PUBLIC_MODULES}
+    """Imports of refiner_core internals by refiner_dagster (other than through the seam),
+    and ``mdr.<name>`` uses of names outside ``refiner_core.__all__``."""
+    public_names = set(refiner_core.__all__) | set(refiner_core.PUBLIC_MODULES) | {"integration"}
+    public_modules = {f"refiner_core.{m}" for m in refiner_core.PUBLIC_MODULES} | {SEAM}
     found = []
     for path in files("refiner_dagster"):
         tree = ast.parse(path.read_text(), str(path))
@@ -120,7 +127,13 @@ def dagster_violations() -> list[str]:
                 if private:
                     found.append(f"{imp}: {private} not in refiner_core.__all__")
             elif imp.module not in public_modules:
-                found.append(f"{imp}: not a public module (refiner_core.PUBLIC_MODULES)")
+                found.append(
+                    f"{imp}: not a public module (refiner_core.PUBLIC_MODULES) nor the seam {SEAM}"
+                )
+            else:
+                private = [n for n in imp.names if n.startswith("_")]
+                if private:
+                    found.append(f"{imp}: {private} are private names")
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Attribute)
@@ -154,6 +167,31 @@ def test_public_modules_and_names_exist():
         assert getattr(refiner_core, name) is not None, name
 
 
+def test_the_public_surface_is_small():
+    """Only modules a user imports are public; the engine's ids, paths and reduction
+    helpers are not, and the seam holds only what an integration needs."""
+    import importlib
+
+    import refiner_core.integration as seam
+
+    assert set(refiner_core.PUBLIC_MODULES) <= {
+        "datatype",
+        "errors",
+        "inference",
+        "io",
+        "manifests",
+        "vocabulary",
+    }
+    for name in refiner_core.PUBLIC_MODULES:
+        module = importlib.import_module(f"refiner_core.{name}")
+        exported = getattr(module, "__all__", ())
+        assert not [n for n in exported if n.startswith("_")], name
+    internals = {"attempt_key", "parse_attempt_key", "new_attempt_id", "choose_committed"}
+    assert not internals & set(refiner_core.manifests.__all__)
+    assert not internals & set(dir(refiner_core.manifests))
+    assert len(seam.__all__) <= 6, seam.__all__
+
+
 def test_the_checks_see_violations(tmp_path, monkeypatch):
     """Each rule fires on a file that breaks it (the checks are not vacuous)."""
     fake = tmp_path / "refiner_core"
@@ -161,6 +199,10 @@ def test_the_checks_see_violations(tmp_path, monkeypatch):
     (fake / "sources" / "bad.py").write_text(
         "from ..sinks.parquet import ParquetSink\n"
         "def later():\n    import dagster\n    from refiner_core.pipeline import sequence\n"
+    )
+    (fake / "execution").mkdir()
+    (fake / "execution" / "bad.py").write_text(
+        "from ..sinks.protocol import Sink\nfrom ..sinks.files import FileSink\n"
     )
     (fake / "lance").mkdir()
     (fake / "lance" / "bad.py").write_text("from ..execution import launcher\n")
@@ -171,6 +213,9 @@ def test_the_checks_see_violations(tmp_path, monkeypatch):
         "from refiner_core import Pipeline, ParquetSource\n"
         "from refiner_core.execution.launcher import launch\n"
         "from refiner_core.manifests import AttemptManifest\n"
+        "from refiner_core.integration import finalize_output\n"
+        "from refiner_core.manifests._attempts import attempt_key\n"
+        "from refiner_core.io import _private\n"
         "x = mdr.sources\n"
         "y = mdr.read_parquet\n"
     )
@@ -180,10 +225,14 @@ def test_the_checks_see_violations(tmp_path, monkeypatch):
     assert any("sources/bad.py:3" in v and "never imports Dagster" in v for v in core)
     assert any("sources/bad.py:4" in v and "must not import pipeline" in v for v in core)
     assert any("lance/bad.py:1" in v and "lance must not import execution" in v for v in core)
+    assert any("execution/bad.py:2" in v and "must not import sinks" in v for v in core)
+    assert not any("execution/bad.py:1" in v for v in core)
     dagster = dagster_violations()
     assert any("['ParquetSource'] not in refiner_core.__all__" in v for v in dagster)
     assert any(
         "refiner_core.execution.launcher" in v and "not a public module" in v for v in dagster
     )
     assert any("uses mdr.sources" in v for v in dagster)
-    assert len(dagster) == 3, dagster
+    assert any("refiner_core.manifests._attempts" in v and "nor the seam" in v for v in dagster)
+    assert any("['_private'] are private names" in v for v in dagster)
+    assert len(dagster) == 5, dagster

@@ -24,6 +24,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RefinerError
 from ..io import CURRENT_POINTER as POINTER
 from ..io import VERSIONS_DIR as VERSIONS
 from ..io import DataFolder
@@ -34,7 +35,7 @@ ATTEMPTS = f"{STATE_DIR}/attempts"
 LAYOUT = f"{STATE_DIR}/layout.json"
 
 
-class NotAnOutput(ValueError):
+class NotAnOutput(RefinerError, ValueError):
     """The folder is neither a refiner output folder nor a Dagster dataset's folder."""
 
 

@@ -17,7 +17,9 @@ from ..validation import check_positive
 from .fingerprint import describe_sequence, describe_stage
 from .pool import WorkerPool, reap
 from .progress import StageProgress
+from .protocols import ReduceStage
 from .rundir import RunDir
+from .stages import WriteStage
 from .start_methods import resolve_start_method
 from .watchdog import DEFAULT_PROGRESS_TIMEOUT_S, check_progress_timeout
 
@@ -157,10 +159,10 @@ def _run_stage(run: _Launch, index: int, stage: Any) -> None:
     started = time.monotonic()
     st = StageStats(index=index, kind=stage.kind, name=stage.name)
     run.stats.stages.append(st)
-    if stage.kind == "finalize":
+    if isinstance(stage, ReduceStage):
         _finalize(run, index, stage, st, started)
     else:
-        if stage.kind == "write":
+        if isinstance(stage, WriteStage):
             run.writes[id(stage.sink)] = index
         _run_shards(run, index, stage, st)
     st.elapsed_s = round(time.monotonic() - started, 3)
@@ -180,8 +182,8 @@ def _finalize(run: _Launch, index: int, stage: Any, st: StageStats, started: flo
         exc.add_note(f"raised by {run.label(index, stage)} (run {run.state.run_id})")
         raise
     st.summary = run.stats.summary = summary
-    st.rows = summary.get("rows_written", 0)
-    st.bytes = summary.get("bytes_written", 0)
+    st.rows = summary.counters.get("rows_written", 0)
+    st.bytes = summary.counters.get("bytes_written", 0)
     progress = StageProgress(run.label(index, stage), 1, rate=False, started=started)
     progress.update(rows=st.rows, nbytes=st.bytes, shards=1)
     progress.close()

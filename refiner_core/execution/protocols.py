@@ -3,8 +3,9 @@
 A ``PipelineSequence`` is a list of stages. A :class:`ShardStage` is planned into
 shards that workers run independently, each shard attempt returning its
 :class:`~refiner_core.manifests.AttemptManifest`; a :class:`ReduceStage` runs once,
-after the stages before it, over what they persisted. ``kind`` tells them apart:
-``"write"`` and ``"run"`` are shard stages, ``"finalize"`` a reduce stage.
+after the stages before it, over what they persisted. Launchers tell them apart by
+type (``isinstance(stage, ReduceStage)``); ``kind`` (``"write"``, ``"run"``,
+``"finalize"``) only labels a stage in stats and progress.
 
 Example:
     >>> import tempfile, refiner_core as mdr

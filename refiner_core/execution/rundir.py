@@ -14,7 +14,8 @@ import shutil
 import time
 from typing import Any
 
-from ..manifests import AttemptManifest, new_run_id
+from ..manifests import AttemptManifest
+from ..manifests._attempts import new_run_id
 from .fingerprint import RunFingerprint
 
 

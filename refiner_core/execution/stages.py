@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..blocks import SchemaBuilder
 from ..io.open_uploads import record_failed_aborts
-from ..manifests import (
-    AttemptManifest,
-    attempt_key,
-    make_manifest,
-    new_attempt_id,
-    write_manifest,
-)
+from ..manifests import AttemptManifest, AttemptResult, write_manifest
+from ..manifests._attempts import attempt_key, new_attempt_id
 from ..sources.arrow_cast import schema_with_fields
 from .declared import check_declared, declarations, only_filters
 from .runner import ShardContext, ShardCounters, shard_blocks
 from .worker import WorkerContext
+
+if TYPE_CHECKING:
+    from ..sinks.protocol import AttemptWriter, Sink
 
 Progress = Callable[[int, int], None]
 
@@ -77,15 +75,13 @@ class ShardedStage:
         started = time.time()
         counters = ShardCounters()
         written = worker.run(self._execute(shard, attempt_id, run_id, worker, counters, progress))
-        totals = {"rows_read": counters.rows_read, **written.get("counters", {})}
-        manifest = make_manifest(
+        manifest = written.manifest(
             run_id=run_id,
             shard_id=shard.id,
             attempt_id=attempt_id,
             started_at=started,
-            written=written,
-            counters=totals,
-            steps=[c.to_dict() for c in counters.steps],
+            rows_read=counters.rows_read,
+            steps=tuple(c.to_dict() for c in counters.steps),
         )
         if lease is not None:
             try:
@@ -104,7 +100,7 @@ class ShardedStage:
 
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress
-    ) -> dict[str, Any]:
+    ) -> AttemptResult:
         rows = 0
         async for block in shard_blocks(
             self.pipeline, shard, ShardContext(shard.id, worker), counters
@@ -113,7 +109,7 @@ class ShardedStage:
             rows += n
             if progress is not None:
                 progress(n, 0)
-        return {"counters": {"rows_written": rows}}
+        return AttemptResult(counters={"rows_written": rows})
 
 
 class WriteStage(ShardedStage):
@@ -121,7 +117,7 @@ class WriteStage(ShardedStage):
 
     kind = "write"
 
-    def __init__(self, pipeline: Any, sink: Any) -> None:
+    def __init__(self, pipeline: Any, sink: Sink) -> None:
         super().__init__(pipeline)
         self.sink = sink
 
@@ -143,7 +139,7 @@ class WriteStage(ShardedStage):
 
     async def _execute(
         self, shard, attempt_id, run_id, worker, counters, progress
-    ) -> dict[str, Any]:
+    ) -> AttemptResult:
         builder = SchemaBuilder(self.pipeline.declared_fields(), self.pipeline.source.schema_hint())
         writer = self.sink.open_attempt(shard.id, attempt_id, run_id)
         try:
@@ -151,7 +147,9 @@ class WriteStage(ShardedStage):
         finally:
             record_failed_aborts(self.sink.folder, attempt_key(shard.id, attempt_id))
 
-    async def _write_rows(self, shard, worker, counters, progress, builder, writer) -> dict:
+    async def _write_rows(
+        self, shard, worker, counters, progress, builder, writer: AttemptWriter
+    ) -> AttemptResult:
         """Stream the shard's blocks into ``writer``; abort it on any failure.
 
         The first rows' columns are the attempt's: every ``dtypes=`` entry must be

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import RefinerError
+
 BODY_LIMIT = 500
 """How many characters of a provider's response body an error keeps."""
 
@@ -65,7 +67,7 @@ def body_excerpt(body: bytes | str, secrets: Iterable[str]) -> str:
     return trim(scrub(body, secrets))
 
 
-class InferenceError(RuntimeError):
+class InferenceError(RefinerError, RuntimeError):
     """Base class of every error raised by ``refiner_core.inference``.
 
     Errors keep a single message argument so they pickle across worker processes;

@@ -14,12 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..errors import RefinerError
 from .errors import MissingAPIKeyError
 from .response import TokenUsage
 from .schema import StructuredOutput
 
 
-class ResponseShapeError(ValueError):
+class ResponseShapeError(RefinerError, ValueError):
     """A provider response lacks something its API promises (turned into a
     ``ProviderResponseError`` carrying the body by the caller)."""
 

@@ -22,10 +22,12 @@ from typing import Any
 
 import google_crc32c
 
+from ..errors import RefinerError
+
 CHECKSUM_ALGORITHMS = ("sha256", "crc32c")
 
 
-class ChecksumMismatchError(ValueError):
+class ChecksumMismatchError(RefinerError, ValueError):
     """The bytes a blob reference points at do not match the checksum it carries."""
 
 

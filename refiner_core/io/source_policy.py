@@ -33,6 +33,7 @@ import posixpath
 import stat
 from collections.abc import Sequence
 
+from ..errors import RefinerError
 from .url_chain import (
     CACHE_WRAPPERS,
     SEPARATOR,
@@ -47,7 +48,7 @@ _LOCAL_PROTOCOLS = ("file", "local")  # fsspec's names for the local filesystem
 _PSEUDO_PREFIXES = tuple(f"{root}/" for root in PSEUDO_FILESYSTEMS)
 
 
-class RefusedSource(PermissionError):
+class RefusedSource(RefinerError, PermissionError):
     """A source that ``allowed_sources`` (or the default) refuses."""
 
 

@@ -35,10 +35,12 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import RefinerError
+
 __all__ = ["HOOKS", "Hook", "UpstreamChangedError", "check_hooks"]
 
 
-class UpstreamChangedError(RuntimeError):
+class UpstreamChangedError(RefinerError, RuntimeError):
     """An s3fs or fsspec internal that refiner relies on is gone or changed shape."""
 
 

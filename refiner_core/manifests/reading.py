@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..io.datafile import completed_name
-from .attempts import MANIFEST_DIR, parse_attempt_key
+from ._attempts import MANIFEST_DIR, parse_attempt_key
 from .values import AttemptManifest, read_manifest
 
 MANIFEST_READERS = 32

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..vocabulary import AssetForm, Format, MissingPolicy
-from .attempts import SUMMARY_PATH, manifest_path
+from ..vocabulary import AssetForm, MissingPolicy
+from ._attempts import SUMMARY_PATH, manifest_path
 
 # The JSON layout of manifests and summaries. 1: before the field existed (read as is).
 FORMAT_VERSION = 2
@@ -137,28 +137,49 @@ class AttemptManifest:
             ) from exc
 
 
-def make_manifest(
-    *,
-    run_id: str,
-    shard_id: str,
-    attempt_id: str,
-    started_at: float,
-    written: dict[str, Any],
-    counters: dict[str, int],
-    steps: list[dict[str, Any]],
-) -> AttemptManifest:
-    return AttemptManifest(
-        run_id=run_id,
-        shard_id=shard_id,
-        attempt_id=attempt_id,
-        started_at=started_at,
-        completed_at=time.time(),
-        files=tuple(written.get("files", ())),
-        asset_dirs=tuple(written.get("asset_dirs", ())),
-        extra=written.get("extra", {}),
-        counters=counters,
-        steps=tuple(steps),
-    )
+@dataclass(frozen=True)
+class AttemptResult:
+    """What a sink's attempt writer wrote, as ``AttemptWriter.close()`` returns it.
+
+    ``files`` and ``asset_dirs`` are relative to the output folder, ``extra`` is what
+    the sink needs at commit. :meth:`manifest` makes it the attempt's manifest.
+
+    Example:
+        >>> result = AttemptResult(files=("a.parquet",), counters={"rows_written": 2})
+        >>> m = result.manifest(run_id="r1", shard_id="00000", attempt_id="0123456789ab",
+        ...                     started_at=1.0, rows_read=2)
+        >>> m.files, m.counters
+        (('a.parquet',), {'rows_read': 2, 'rows_written': 2})
+    """
+
+    files: tuple[str, ...] = ()
+    asset_dirs: tuple[str, ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def manifest(
+        self,
+        *,
+        run_id: str,
+        shard_id: str,
+        attempt_id: str,
+        started_at: float,
+        rows_read: int,
+        steps: tuple[dict[str, Any], ...] = (),
+    ) -> AttemptManifest:
+        """The manifest of the attempt that wrote this, completed now."""
+        return AttemptManifest(
+            run_id=run_id,
+            shard_id=shard_id,
+            attempt_id=attempt_id,
+            started_at=started_at,
+            completed_at=time.time(),
+            files=self.files,
+            asset_dirs=self.asset_dirs,
+            extra=self.extra,
+            counters={"rows_read": rows_read, **self.counters},
+            steps=steps,
+        )
 
 
 def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
@@ -191,25 +212,30 @@ _SUMMARY_FIELDS = (
 )
 
 
+# ``asset_mode`` as the first summaries wrote it: the config's class name.
+_OLD_ASSET_MODES: dict[str, AssetForm] = {"FileAssetConfig": "files", "BlobAssetConfig": "blobs"}
+
+
 @dataclass(frozen=True)
-class DatasetSummary(Mapping[str, Any]):
+class DatasetSummary:
     """What a finalization kept and removed, with every counter summed over the kept attempts.
 
     Persisted at ``<output>/_refiner/summary.json`` (counters at the top level of the
-    JSON form) and returned as ``launch_local(...).summary``. It also reads like that
-    JSON form: ``summary["rows_written"]`` is ``summary.counters["rows_written"]``.
+    JSON form) and returned as ``launch_local(...).summary``. Read it by attribute;
+    ``counters`` holds every summed counter (``rows_written``, ``assets_written``, ...),
+    ``totals`` those and the counts only finalization makes, in one mapping.
 
     Example:
         >>> s = DatasetSummary(output="/data/out", format="parquet", run_id="r1", shards=2,
         ...                    counters={"rows_written": 10})
-        >>> s.rows_written, s["rows_written"], s["shards"]
+        >>> s.rows_written, s.counters["rows_written"], s.shards
         (10, 10, 2)
         >>> DatasetSummary.from_json(s.to_json(), where="example") == s
         True
     """
 
     output: str
-    format: Format
+    format: str
     run_id: str
     shards: int = 0
     counters: dict[str, int] = field(default_factory=dict)
@@ -231,6 +257,16 @@ class DatasetSummary(Mapping[str, Any]):
     def rows_written(self) -> int:
         return self.counters.get("rows_written", 0)
 
+    @property
+    def totals(self) -> dict[str, int]:
+        """Every counter, with ``shards``, ``rejected_attempts_removed`` and ``files_removed``."""
+        return {
+            **self.counters,
+            "shards": self.shards,
+            "rejected_attempts_removed": self.rejected_attempts_removed,
+            "files_removed": self.files_removed,
+        }
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format_version": FORMAT_VERSION}
         for name in _SUMMARY_FIELDS[:4]:
@@ -243,7 +279,9 @@ class DatasetSummary(Mapping[str, Any]):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, where: str) -> DatasetSummary:
-        """Read the JSON form (any known ``format_version``); ``where`` names the file."""
+        """Read the JSON form (any known ``format_version``, including the first
+        summaries, which named ``asset_mode`` by the config's class); ``where`` names
+        the file."""
         _format_version(data, where)
         known = {f.name for f in fields(cls)}
         counters = _int_counters(
@@ -261,7 +299,9 @@ class DatasetSummary(Mapping[str, Any]):
                 files=tuple(data.get("files", ())),
                 asset_dirs=tuple(data.get("asset_dirs", ())),
                 asset_subdir=data.get("asset_subdir"),
-                asset_mode=data.get("asset_mode"),
+                asset_mode=_OLD_ASSET_MODES.get(
+                    data.get("asset_mode") or "", data.get("asset_mode")
+                ),
                 missing_policy=data.get("missing_policy"),
                 commit=dict(data.get("commit") or {}),
                 open_uploads=tuple(dict(u) for u in data.get("open_uploads", ())),
@@ -282,13 +322,3 @@ class DatasetSummary(Mapping[str, Any]):
         """The summary persisted under ``folder`` (``FileNotFoundError`` when not finalized)."""
         data = _read_json(folder, SUMMARY_PATH, what="dataset summary", fix=_SUMMARY_FIX)
         return cls.from_json(data, where=folder.url_of(SUMMARY_PATH))
-
-    # The JSON form as a read-only mapping, so ``summary["rows_written"]`` keeps working.
-    def __getitem__(self, key: str) -> Any:
-        return self.to_json()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())

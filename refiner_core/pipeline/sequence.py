@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..execution.protocols import ReduceStage
 from ..execution.stages import ShardedStage, WriteStage
 from ..execution.watchdog import DEFAULT_PROGRESS_TIMEOUT_S
 from ..io.ownership import DEFAULT_STALE_AFTER_S
 from ..manifests import DatasetSummary
 from ..row import Row
+from ..sinks.finalize import FinalizeStage
 
 
 class PipelineSequence:
@@ -24,7 +26,7 @@ class PipelineSequence:
         >>> seq = mdr.from_items([{"x": 1}, {"x": 2}]).write_parquet(out)
         >>> [stage.kind for stage in seq.stages]
         ['write', 'finalize']
-        >>> seq.launch_local(num_workers=1).summary["rows_written"]
+        >>> seq.launch_local(num_workers=1).summary.counters["rows_written"]
         2
 
     Running the stages one by one (what a scheduler such as Dagster does)::
@@ -49,7 +51,7 @@ class PipelineSequence:
 
     @classmethod
     def for_sink(cls, pipeline: Any, sink: Any) -> PipelineSequence:
-        return cls([WriteStage(pipeline, sink), *sink.finalize_stages()])
+        return cls([WriteStage(pipeline, sink), FinalizeStage(sink)])
 
     def __repr__(self) -> str:
         return f"PipelineSequence({[s.name for s in self.stages]!r})"
@@ -82,7 +84,7 @@ class PipelineSequence:
         self.write_stage  # noqa: B018  (raises when the sequence is not a writer's)
         stages = []
         for stage in self.stages[1:]:
-            if stage.kind != "finalize":
+            if not isinstance(stage, ReduceStage):
                 break
             stages.append(stage)
         return stages

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..vocabulary import Format
-from .assets import BlobAssetConfig, FileAssetConfig
+from ..manifests import DatasetSummary, PersistedManifests
+from .assets import AssetConfig, BlobAssetConfig, FileAssetConfig
 from .finalize import FinalizeStage
 from .protocol import AttemptWriter, Sink
 
@@ -35,11 +35,45 @@ def _lance():
 SINKS = {"parquet": _parquet, "jsonl": _jsonl, "lance": _lance}
 
 
-def make_sink(format: Format, output: str, **options: Any) -> Any:
+def make_sink(format: str, output: str, **options: Any) -> Sink:
     """Build the sink registered for ``format``."""
     if format not in SINKS:
         raise ValueError(f"unknown output format {format!r}; use one of {sorted(SINKS)}")
-    return SINKS[format]()(output, **options)
+    sink: Sink = SINKS[format]()(output, **options)
+    return sink
+
+
+def finalize_output(
+    format: str,
+    output: str,
+    run_id: str,
+    *,
+    assets: AssetConfig | None = None,
+    filename_template: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    persisted: PersistedManifests | None = None,
+) -> DatasetSummary:
+    """Finalize engine run ``run_id`` of the output at ``output``, from what it was
+    written with (``format``, ``assets=``, ``filename_template``): no pipeline needed.
+
+    Reads only the manifests the attempts persisted, so any process may call it once
+    the write's shards ran, and again (it is idempotent); returns the summary it wrote
+    to ``<output>/_refiner/summary.json``. ``persisted`` saves reading the manifests
+    when the caller has them.
+
+    Example:
+        >>> import tempfile, refiner_core as mdr
+        >>> out = tempfile.mkdtemp()
+        >>> write = mdr.from_items([{"x": 1}, {"x": 2}]).write_parquet(out).write_stage
+        >>> _ = write.run_task(write.plan("0123456789ab"), run_id="0123456789ab")
+        >>> finalize_output("parquet", out, "0123456789ab").rows_written
+        2
+    """
+    options: dict[str, Any] = {"assets": assets, "storage_options": storage_options}
+    if filename_template is not None:
+        options["filename_template"] = filename_template
+    sink = make_sink(format, output, **options)
+    return FinalizeStage(sink).run(run_id, persisted=persisted)
 
 
 __all__ = [
@@ -49,5 +83,6 @@ __all__ = [
     "FileAssetConfig",
     "FinalizeStage",
     "Sink",
+    "finalize_output",
     "make_sink",
 ]

@@ -23,7 +23,8 @@ from typing import Any
 
 from ..io.datafile import DataFolder, is_s3
 from ..io.ownership import Lease
-from ..manifests import SUMMARY_PATH, DatasetSummary
+from ..manifests import DatasetSummary
+from ..manifests._attempts import SUMMARY_PATH
 
 
 class Fence:

@@ -1,5 +1,18 @@
 """What sinks share: ``FolderSink`` (an output folder, its assets, finalization) and, for
-Parquet and JSONL, ``FileSink`` (one data file per shard attempt, created lazily)."""
+Parquet and JSONL, ``FileSink`` (one data file per shard attempt, created lazily).
+
+An empty result still reads back: attempts that wrote no rows write no data file;
+each records the columns it knew (``extra.empty_schema`` in its manifest: from a
+0-row block, or the source's columns when every step only filters). When no committed
+attempt of the run wrote a data file, finalization writes one 0-row file under the
+name of the first committed attempt, so ``read_parquet(out)`` returns no rows with the
+right schema instead of failing on a folder without data files, and a mostly empty
+result never gets a file per empty shard.
+
+Example:
+    >>> schema_from_text(schema_to_text(pa.schema([("id", pa.int32())]))).names
+    ['id']
+"""
 
 from __future__ import annotations
 
@@ -7,27 +20,32 @@ import asyncio
 import collections
 import contextlib
 import json
-from typing import Any
+import posixpath
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ..blocks import conform
 from ..datatype import asset_of, with_asset_form
-from ..io.datafile import DataFolder
-from ..manifests import LAYOUT_PATH, AttemptManifest, attempt_key
+from ..io.datafile import DataFolder, completed_name
+from ..lance.dataset import schema_from_text, schema_to_text
+from ..manifests import AttemptManifest, AttemptResult
+from ..manifests._attempts import LAYOUT_PATH, attempt_key, parse_attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
-from .empty_result import EMPTY_SCHEMA_KEY, schema_to_text
+from .protocol import AttemptKey, AttemptWriter, Leftovers
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
+EMPTY_SCHEMA_KEY = "empty_schema"
 
 
 class FolderSink:
     """Base of sinks that write into one output folder (a :class:`~refiner_core.sinks.Sink`).
 
     It holds the output folder and the ``assets=`` config, records the layout readers
-    rely on, and appends the finalization stage; subclasses give ``format`` and
-    ``open_attempt``.
+    rely on, and gives finalization's defaults (no commit, no empty-result file, asset
+    folders of rejected attempts removed); subclasses give ``format`` and ``open_attempt``.
     """
 
     format = "files"
@@ -66,20 +84,55 @@ class FolderSink:
         }
         self.folder.write_bytes(LAYOUT_PATH, json.dumps(layout).encode())
 
-    def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> Any:  # pragma: no cover
+    def open_attempt(
+        self, shard_id: str, attempt_id: str, run_id: str
+    ) -> AttemptWriter:  # pragma: no cover
         raise NotImplementedError
-
-    def finalize_stages(self) -> list[Any]:
-        from .finalize import FinalizeStage
-
-        return [FinalizeStage(self)]
 
     def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         """Hook for sinks that need a commit (Lance); plain files are visible already."""
         return {}
 
+    def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
+        """Nothing to write for an empty result unless the format has data files."""
+        return []
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete asset folders named for attempts that are not kept (``check`` before each)."""
+        leftovers = Leftovers()
+        if self.assets is None:
+            return leftovers
+        subdir = self.assets.subdir
+        for name in self.folder.listdir(subdir):
+            key = parse_attempt_key(name)
+            if key is not None and key not in keep:
+                check()
+                self.folder.rm(f"{subdir}/{name}", recursive=True)
+                leftovers.rejected.add(key)
+                leftovers.removed += 1
+        return leftovers
+
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise when this format cannot store ``schema``."""
+
+
+class TableWriter(Protocol):
+    """Writes Arrow tables into one open data file (what ``open_table_writer`` returns)."""
+
+    def write(self, table: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _completed_relative(relative: str) -> str | None:
+    """The file a leftover temporary file of an interrupted write would have become."""
+    directory, base = posixpath.split(relative)
+    name = completed_name(base)
+    if name is None:
+        return None
+    return posixpath.join(directory, name) if directory else name
 
 
 class FileSink(FolderSink):
@@ -109,14 +162,58 @@ class FileSink(FolderSink):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> FileAttemptWriter:
         return FileAttemptWriter(self, shard_id, attempt_id)
 
-    def open_table_writer(self, file: Any, schema: pa.Schema) -> Any:  # pragma: no cover
+    def open_table_writer(self, file: Any, schema: pa.Schema) -> TableWriter:  # pragma: no cover
         raise NotImplementedError
+
+    def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
+        """The 0-row file of an empty result (see the module doc); none when a committed
+        attempt wrote data, or when no attempt knew the columns."""
+        if not self.read_suffixes or not committed or any(m.files for m in committed.values()):
+            return []
+        known = [m for _, m in sorted(committed.items()) if EMPTY_SCHEMA_KEY in m.extra]
+        if not known:
+            return []
+        first = known[0]
+        schema = schema_from_text(first.extra[EMPTY_SCHEMA_KEY])
+        relative = self.template.format(first.shard_id, first.attempt_id)
+        with self.folder.open_atomic(relative) as f:
+            self.open_table_writer(f, schema).close()
+        return [relative]
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete data files (and temporary files of interrupted writes) and asset
+        folders named for attempts that are not kept (``check`` before each)."""
+        leftovers = Leftovers()
+        for relative in self._candidate_files():
+            parsed = self.template.parse(relative)
+            if parsed is None and (completed := _completed_relative(relative)) is not None:
+                parsed = self.template.parse(completed)
+            if parsed and parsed not in keep:
+                check()
+                self.folder.rm(relative)
+                leftovers.rejected.add(parsed)
+                leftovers.removed += 1
+        assets = super().remove_leftovers(keep, run_id, check)
+        return Leftovers(leftovers.rejected | assets.rejected, leftovers.removed + assets.removed)
+
+    def _candidate_files(self) -> list[str]:
+        """Files that could carry the template's names: one listing when its folder is
+        fixed, else every file below the fixed part of its folder (bookkeeping and
+        asset folders left out)."""
+        directory = posixpath.dirname(self.template.template)
+        if "{" not in directory:
+            return [posixpath.join(directory, n) for n in self.folder.listdir(directory)]
+        fixed = posixpath.dirname(directory[: directory.index("{")])
+        skip = ("_refiner/", *((f"{self.assets.subdir}/",) if self.assets else ()))
+        return [r for r in self.folder.find(fixed) if not r.startswith(skip)]
 
 
 class FileAttemptWriter:
     """Writes one shard attempt: assets first, then the data file that points at them."""
 
-    def __init__(self, sink: FolderSink, shard_id: str, attempt_id: str) -> None:
+    def __init__(self, sink: Any, shard_id: str, attempt_id: str) -> None:
         self.sink = sink
         self.shard_id = shard_id
         self.attempt_id = attempt_id
@@ -124,11 +221,11 @@ class FileAttemptWriter:
         self.assets = make_asset_writer(sink.assets, sink.folder, attempt_key(shard_id, attempt_id))
         self._stack = contextlib.ExitStack()
         self._file: Any = None
-        self._writer: Any = None
+        self._writer: TableWriter | None = None
         self._schema: pa.Schema | None = None
         self.rows_written = 0
         self.rows_seen = 0
-        # The columns of an attempt that wrote no rows, when known (see empty_result).
+        # The columns of an attempt that wrote no rows, when known (see the module doc).
         self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
 
@@ -188,10 +285,13 @@ class FileAttemptWriter:
         return pa.schema(fields, metadata=schema.metadata)
 
     def _put(self, table: pa.Table) -> None:
+        assert self._writer is not None  # opened by the first block
         self._writer.write(table)
 
-    async def close(self) -> dict[str, Any]:
-        written: dict[str, Any] = {"files": [], "asset_dirs": [], "counters": {}}
+    async def close(self) -> AttemptResult:
+        asset_dirs: tuple[str, ...] = ()
+        counters: dict[str, int] = {}
+        extra: dict[str, Any] = {}
         if self.assets is not None:
             while self._pending:
                 for ready in await self._pending.popleft():
@@ -199,23 +299,22 @@ class FileAttemptWriter:
             for ready in await self.assets.flush():
                 self._write_table(ready)
             asset_result = await self.assets.close()
-            written["asset_dirs"] = asset_result.get("asset_dirs", [])
-            written["counters"].update(asset_result.get("counters", {}))
+            asset_dirs = tuple(asset_result.get("asset_dirs", ()))
+            counters.update(asset_result.get("counters", {}))
         bytes_written = 0
+        files: tuple[str, ...] = ()
         if self._writer is None and self.sink.read_suffixes:
             schema = self._output_schema(self.empty_schema or pa.schema([]))
-            written["extra"] = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
+            extra = {EMPTY_SCHEMA_KEY: schema_to_text(schema)}
         if self._writer is not None:
             self._writer.close()
             bytes_written = self._file.tell()
             self._stack.close()
-            written["files"] = [self.relative]
-        written["counters"].update(
-            rows_written=self.rows_written,
-            files_written=len(written["files"]),
-            bytes_written=bytes_written,
+            files = (self.relative,)
+        counters.update(
+            rows_written=self.rows_written, files_written=len(files), bytes_written=bytes_written
         )
-        return written
+        return AttemptResult(files=files, asset_dirs=asset_dirs, counters=counters, extra=extra)
 
     async def abort(self) -> None:
         for task in self._pending:

@@ -3,37 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 import time
-from typing import Any
 
-from ..io.datafile import completed_name
+from ..io.datafile import DataFolder
 from ..io.open_uploads import retry_open_uploads
 from ..io.ownership import Lease, OutputOwnership
-from ..manifests import (
-    MANIFEST_DIR,
-    AttemptManifest,
-    DatasetSummary,
-    PersistedManifests,
-    choose_committed,
-    committed_counters,
-    parse_attempt_key,
-    read_persisted,
-)
-from .empty_result import write_empty_result
+from ..manifests import AttemptManifest, DatasetSummary, PersistedManifests, read_persisted
+from ..manifests._attempts import MANIFEST_DIR, choose_committed, committed_counters
 from .fence import Fence
+from .protocol import Leftovers, Sink
 
 
-def _completed_relative(relative: str) -> str | None:
-    """The file a leftover temporary file of an interrupted write would have become."""
-    directory, base = posixpath.split(relative)
-    name = completed_name(base)
-    if name is None:
-        return None
-    return posixpath.join(directory, name) if directory else name
-
-
-def remove_attempt(folder: Any, manifest: AttemptManifest) -> int:
+def remove_attempt(folder: DataFolder, manifest: AttemptManifest) -> int:
     """Delete an attempt's files, asset folders and manifest; returns how many files
     and folders it named."""
     named = [*manifest.files, *manifest.asset_dirs]
@@ -61,12 +42,9 @@ def _only_accepted(
     return kept
 
 
-def _no_check() -> None:
-    pass
-
-
 class FinalizeStage:
-    """Reducer over persisted manifests; runs once after the write stage, and is idempotent.
+    """The reduce stage a writer's sequence ends with; :func:`refiner_core.sinks.finalize_output`
+    runs it for an output folder without a pipeline.
 
     It keeps exactly one attempt per shard of the run, deletes data files, asset
     folders and manifests that provably belong to other attempts (including crashed
@@ -78,7 +56,7 @@ class FinalizeStage:
 
     kind = "finalize"
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Sink) -> None:
         self.sink = sink
 
     @property
@@ -93,7 +71,7 @@ class FinalizeStage:
         accepted: dict[str, str] | None = None,
         persisted: PersistedManifests | None = None,
     ) -> DatasetSummary:
-        """Finalize ``run_id``'s attempts; returns the summary it wrote.
+        """Finalize ``run_id``'s attempts; returns the summary it wrote. Idempotent.
 
         ``lease`` is the launcher's ownership of the output folder; without one this
         takes the folder's ownership for its own duration (another live run owning
@@ -116,33 +94,37 @@ class FinalizeStage:
         persisted: PersistedManifests | None,
     ) -> DatasetSummary:
         started = time.time()
-        folder = self.sink.folder
+        sink = self.sink
+        folder = sink.folder
         persisted = persisted if persisted is not None else read_persisted(folder)
-        manifests = self.select_manifests(list(persisted.manifests), run_id)
+        # Without exclusive ownership other runs' attempts belong to them (Lance: to
+        # committed versions): only this run's are kept or removed.
+        manifests = [m for m in persisted.manifests if sink.exclusive_owner or m.run_id == run_id]
         committed = choose_committed(_only_accepted(manifests, accepted, folder.url), run_id)
         keep = {m.key for m in committed.values()}
         fence = Fence(folder, lease)
         fence.check()
-        commit_info = self.sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
+        commit_info = sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
 
         fence.check()
-        empty_files = write_empty_result(self.sink, committed)
+        empty_files = sink.write_empty_result(committed)
         fence.check()
         uploads = retry_open_uploads(folder)
         totals = committed_counters(committed.values())
         totals["files_written"] = totals.get("files_written", 0) + len(empty_files)
         totals["uploads_aborted"] = uploads["uploads_aborted"]
+        assets = sink.assets
         summary = DatasetSummary(
             output=folder.url,
-            format=self.sink.format,
+            format=sink.format,
             run_id=run_id,
             shards=len(committed),
             counters=totals,
             files=tuple(sorted([*(f for m in committed.values() for f in m.files), *empty_files])),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
-            asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
-            asset_mode=self.sink.assets.form if self.sink.assets else None,
-            missing_policy=self.sink.assets.missing_policy if self.sink.assets else None,
+            asset_subdir=assets.subdir if assets else None,
+            asset_mode=assets.form if assets else None,
+            missing_policy=assets.missing_policy if assets else None,
             commit=commit_info,
             open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
@@ -159,7 +141,9 @@ class FinalizeStage:
                 fence.check()  # each attempt's files are one deletion batch
                 files_removed += remove_attempt(folder, m)
         fence.check()
-        files_removed += self._remove_orphans(keep, rejected, run_id, fence)
+        leftovers = self._remove_orphans(keep, run_id, fence)
+        rejected |= leftovers.rejected
+        files_removed += leftovers.removed
         fence.check()
         files_removed += self._remove_manifest_temps(persisted.listing.temporaries)
         summary = dataclasses.replace(
@@ -171,59 +155,12 @@ class FinalizeStage:
         fence.write_summary(summary)
         return summary
 
+    def _remove_orphans(self, keep: set[tuple[str, str]], run_id: str, fence: Fence) -> Leftovers:
+        """The sink's cleanup of attempts no manifest names (crashed ones)."""
+        return self.sink.remove_leftovers(keep, run_id, fence.check)
+
     def _remove_manifest_temps(self, temporaries: tuple[str, ...]) -> int:
         """Delete manifests an attempt died while writing (their temporary files)."""
         for name in temporaries:
             self.sink.folder.rm(f"{MANIFEST_DIR}/{name}")
         return len(temporaries)
-
-    def select_manifests(
-        self, manifests: list[AttemptManifest], run_id: str
-    ) -> list[AttemptManifest]:
-        """The manifests this finalization may keep or delete (all of them for plain files)."""
-        return manifests
-
-    def _remove_orphans(
-        self,
-        keep: set[tuple[str, str]],
-        rejected: set[tuple[str, str]],
-        run_id: str,
-        fence: Fence | None = None,
-    ) -> int:
-        """Delete files and asset folders named for attempts that are not kept (the
-        ``fence`` checked before each)."""
-        check = fence.check if fence is not None else _no_check
-        folder = self.sink.folder
-        template = self.sink.template
-        removed = 0
-        for relative in self._candidate_files(template):
-            parsed = template.parse(relative)
-            if parsed is None and (completed := _completed_relative(relative)) is not None:
-                parsed = template.parse(completed)
-            if parsed and parsed not in keep:
-                check()
-                folder.rm(relative)
-                rejected.add(parsed)
-                removed += 1
-        if self.sink.assets is not None:
-            subdir = self.sink.assets.subdir
-            for name in folder.listdir(subdir):
-                key = parse_attempt_key(name)
-                if key is not None and key not in keep:
-                    check()
-                    folder.rm(f"{subdir}/{name}", recursive=True)
-                    rejected.add(key)
-                    removed += 1
-        return removed
-
-    def _candidate_files(self, template: Any) -> list[str]:
-        """Files that could carry the template's names: one listing when its folder is
-        fixed, else every file below the fixed part of its folder (bookkeeping and
-        asset folders left out)."""
-        folder = self.sink.folder
-        directory = posixpath.dirname(template.template)
-        if "{" not in directory:
-            return [posixpath.join(directory, n) for n in folder.listdir(directory)]
-        fixed = posixpath.dirname(directory[: directory.index("{")])
-        skip = ("_refiner/", *((f"{self.sink.assets.subdir}/",) if self.sink.assets else ()))
-        return [r for r in folder.find(fixed) if not r.startswith(skip)]

@@ -96,7 +96,7 @@ class JsonlSink(FileSink):
     Example:
         >>> import tempfile, refiner_core as mdr
         >>> out = tempfile.mkdtemp()
-        >>> mdr.from_items([{"a": 1}]).write_jsonl(out).launch_local().summary["rows_written"]
+        >>> mdr.from_items([{"a": 1}]).write_jsonl(out).launch_local().summary.counters["rows_written"]
         1
     """
 

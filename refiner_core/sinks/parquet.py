@@ -88,7 +88,7 @@ class ParquetSink(FileSink):
         >>> import tempfile, refiner_core as mdr
         >>> out = tempfile.mkdtemp()
         >>> stats = mdr.from_items([{"a": 1}]).write_parquet(out).launch_local()
-        >>> stats.summary["rows_written"]
+        >>> stats.summary.counters["rows_written"]
         1
     """
 

@@ -1,9 +1,16 @@
-"""The sink contract: what the write and finalization stages ask of a sink.
+"""The sink contract: everything the write and finalization stages ask of a sink.
 
 A new output format is one module with a class implementing :class:`Sink` (usually a
-subclass of :class:`~refiner_core.sinks.files.FolderSink`, which brings the output
-folder, ``assets=`` and the finalization stage) and one entry in
+subclass of :class:`~refiner_core.sinks.files.FileSink`, which brings the output
+folder, ``assets=``, file names and cleanup) and one entry in
 ``refiner_core.sinks.SINKS``, the name ``pipeline.write(format, ...)`` takes.
+
+The write stage calls :meth:`Sink.prepare` once, then per shard attempt
+:meth:`Sink.open_attempt` and the :class:`AttemptWriter`'s ``write``/``close``, whose
+:class:`~refiner_core.manifests.AttemptResult` becomes the attempt's manifest.
+Finalization (:func:`~refiner_core.sinks.finalize.finalize_output`) then calls
+:meth:`Sink.commit` with the kept attempts, :meth:`Sink.write_empty_result` and
+:meth:`Sink.remove_leftovers`.
 
 Example:
     >>> import tempfile, refiner_core as mdr
@@ -15,22 +22,45 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
+
+from ..io.datafile import DataFolder
+from ..manifests import AttemptManifest, AttemptResult
+from .assets import AssetConfig
+
+AttemptKey = tuple[str, str]
+"""``(shard_id, attempt_id)``."""
+
+
+@dataclass
+class Leftovers:
+    """What :meth:`Sink.remove_leftovers` deleted: the attempts it rejected, and how many
+    files and folders it removed."""
+
+    rejected: set[AttemptKey] = field(default_factory=set)
+    removed: int = 0
 
 
 @runtime_checkable
 class AttemptWriter(Protocol):
     """Writes one shard attempt; the write stage calls ``write`` per block, then
-    ``close`` (or ``abort`` on failure, after which nothing of the attempt is visible)."""
+    ``close`` (or ``abort`` on failure, after which nothing of the attempt is visible).
+
+    ``empty_schema`` is the columns of an attempt that wrote no rows, when known (the
+    write stage sets it from the source when no block told it)."""
+
+    empty_schema: pa.Schema | None
 
     async def write(self, table: pa.Table) -> None:
         """Accept one Arrow block of the shard, in order."""
 
-    async def close(self) -> dict[str, Any]:
-        """Finish the attempt; returns what it wrote: ``files`` and ``asset_dirs``
-        (relative to the output), ``counters`` and sink ``extra`` (the manifest's)."""
+    async def close(self) -> AttemptResult:
+        """Finish the attempt; returns what it wrote (the manifest's files, asset
+        folders, counters and sink ``extra``)."""
 
     async def abort(self) -> None:
         """Remove what the attempt wrote so far."""
@@ -38,14 +68,21 @@ class AttemptWriter(Protocol):
 
 @runtime_checkable
 class Sink(Protocol):
-    """Where a write stage writes. ``folder`` is the output's ``DataFolder``, ``assets``
-    the ``assets=`` config (or ``None``), ``format`` the registered name, and
-    ``arrow_block_rows`` the block size it prefers (``None``: the engine's)."""
+    """Where a write stage writes. ``folder`` is the output folder, ``assets`` the
+    ``assets=`` config (or ``None``), ``format`` the registered name,
+    ``arrow_block_rows`` the block size it prefers (``None``: the engine's), and
+    ``exclusive_owner`` whether one run at a time owns the folder (then finalization
+    may delete any other run's attempts; else only its own run's)."""
 
     format: str
-    folder: Any
-    assets: Any
+    folder: DataFolder
+    assets: AssetConfig | None
     arrow_block_rows: int | None
+    exclusive_owner: bool
+
+    @property
+    def url(self) -> str:
+        """The output folder's URL."""
 
     def describe(self) -> str:
         """A label for progress and errors, e.g. ``write_parquet /data/out``."""
@@ -56,5 +93,16 @@ class Sink(Protocol):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> AttemptWriter:
         """The writer of one shard attempt."""
 
-    def finalize_stages(self) -> list[Any]:
-        """The stages a writer's sequence appends after the write (reducers)."""
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
+        """Make the kept attempts (one per shard, by shard id) visible, once per run;
+        returns the JSON record the summary keeps as ``commit`` (``{}``: nothing to do)."""
+
+    def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
+        """When no kept attempt wrote a data file, write what makes the output read back
+        as empty; returns the files written (relative to ``folder``)."""
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete files and folders of attempts not in ``keep`` that no manifest names
+        (attempts that crashed), calling ``check`` before each deletion batch."""

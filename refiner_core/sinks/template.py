@@ -6,7 +6,7 @@ import re
 import string
 
 from ..io.datafile import check_relative
-from ..manifests import ATTEMPT_ID_PATTERN, SHARD_ID_PATTERN
+from ..manifests._attempts import ATTEMPT_ID_PATTERN, SHARD_ID_PATTERN
 
 _FIELDS = {"shard", "attempt"}
 
@@ -24,7 +24,11 @@ class FilenameTemplate:
         if not isinstance(template, str) or not template:
             raise ValueError(f"filename_template must be a non-empty string, got {template!r}")
         try:
-            parsed = [p for p in string.Formatter().parse(template) if p[1] is not None]
+            parsed = [
+                (literal, field, spec or "", conversion)
+                for literal, field, spec, conversion in string.Formatter().parse(template)
+                if field is not None
+            ]
         except ValueError as exc:
             raise ValueError(
                 f"filename_template {template!r} is not a valid format string: {exc}"

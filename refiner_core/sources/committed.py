@@ -24,7 +24,7 @@ import posixpath
 from typing import Any
 
 from ..errors import RefinerError
-from ..manifests import SUMMARY_PATH
+from ..manifests._attempts import SUMMARY_PATH
 
 REFINER_DIR = "_refiner"
 OWNERS_NAME = "owners"  # _refiner/owners: who writes the folder, not what was written

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..io.datafile import full_url, resolve
 from ..io.versions import check_version, version_folder
-from ..manifests import LAYOUT_PATH
+from ..manifests._attempts import LAYOUT_PATH
 from .committed import REFINER_DIR, committed_files, holds_output
 
 

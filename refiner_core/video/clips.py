@@ -6,11 +6,12 @@ import io
 from fractions import Fraction
 from typing import Any
 
+from ..errors import RefinerError
 from .clip_ref import TIME_TOLERANCE_S, ClipRef, parse_clip
 from .container import open_video, seconds, seek_before
 
 
-class ClipNotOnKeyframe(ValueError):
+class ClipNotOnKeyframe(RefinerError, ValueError):
     """A clip starts between keyframes, so its packets alone cannot be decoded."""
 
 

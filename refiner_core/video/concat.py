@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import RefinerError
 from .clip_ref import ClipRef
 from .clips import ClipNotOnKeyframe, _packets_in
 from .container import open_video, seek_before
@@ -74,7 +75,7 @@ class _File:
         self.output.close()
 
 
-class IncompatibleClip(ValueError):
+class IncompatibleClip(RefinerError, ValueError):
     """A clip whose format differs from the file's, so its packets cannot be copied in."""
 
 

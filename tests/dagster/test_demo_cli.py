@@ -265,7 +265,7 @@ def test_demo_automation_and_fanout_job(
         ]
         assert len(writes) == 4
         summary = result.output_value()
-    assert summary["rows_written"] == 24
+    assert summary.counters["rows_written"] == 24
     exported = mdr.read_jsonl(str(demo_home.home / "refiner_demo" / "exports" / "episodes"))
     assert sorted(r["episode_id"] for r in exported.materialize()) == sorted(
         f"episode_{i:03d}" for i in range(24)

@@ -18,7 +18,8 @@ import pytest
 
 import refiner_core as mdr
 import refiner_dagster as rd
-from refiner_core import manifests
+from refiner_core import integration, manifests
+from refiner_core.manifests._attempts import parse_attempt_key
 from refiner_dagster.fanout import attempt_id_for
 from tests.dagster import fanout_defs as defs
 from tests.dagster.fanout_defs import expected_rows, published, rows_of
@@ -48,7 +49,7 @@ def attempt_ids_in(version: rd.DatasetVersion) -> set[str]:
     for relative in folder.find(""):
         for part in relative.split("/"):
             stem = part.split(".", 1)[0]
-            if (key := manifests.parse_attempt_key(stem)) is not None:
+            if (key := parse_attempt_key(stem)) is not None:
                 found.add(key[1])
     return found
 
@@ -209,7 +210,7 @@ def test_reexecution_from_failure_writes_only_uncommitted_shards(
     assert storage.current(["frames_once"], None) is None  # nothing published
     version = storage.version(["frames_once"], None, f"v-{rd.short_run_id(parent)}")
     first = set(
-        manifests.choose_committed(
+        integration.choose_committed(
             manifests.read_manifests(version.output_folder()), rd.short_run_id(parent)
         )
     )

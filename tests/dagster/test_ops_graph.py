@@ -75,10 +75,10 @@ def test_fanout_under_multiprocess_executor(dagster_instance, tmp_path, monkeypa
     assert writes == [f"fanout_write[task_{i:05d}]" for i in range(3)]
     assert {"fanout_plan", "fanout_finalize"} <= steps
     assert len(processes) == 3  # each write task ran in its own process
-    assert summary["rows_written"] == NUM_ROWS
-    assert summary["shards"] == 6
-    assert summary["assets_written"] == NUM_ROWS
-    assert summary["rejected_attempts_removed"] == 0
+    assert summary.counters["rows_written"] == NUM_ROWS
+    assert summary.shards == 6
+    assert summary.counters["assets_written"] == NUM_ROWS
+    assert summary.rejected_attempts_removed == 0
 
     rows = sorted(mdr.read_parquet(str(out)).iter_rows(), key=lambda r: r.episode)
     assert [r.episode for r in rows] == list(range(NUM_ROWS))
@@ -119,8 +119,8 @@ def test_graph_in_process_and_retry_leaves_one_attempt(dagster_instance, tmp_pat
     result = job.execute_in_process(instance=dagster_instance)
     assert result.success
     summary = result.output_for_node("flaky_finalize")
-    assert summary["rows_written"] == NUM_ROWS
-    assert summary["rejected_attempts_removed"] == 6
+    assert summary.counters["rows_written"] == NUM_ROWS
+    assert summary.rejected_attempts_removed == 6
     assert len(mdr.read_parquet(str(out)).materialize()) == NUM_ROWS
     assert len(os.listdir(out / "_refiner" / "attempts")) == 6
 

@@ -90,7 +90,7 @@ def test_workers_end_with_their_launcher_and_a_resume_writes_each_row_once(tmp_p
     assert _alive(workers) == []
     stats = pipeline.write_parquet(out).launch_local(num_workers=2, rundir=rundir)
     ids = sorted(row["i"] for row in mdr.read_parquet(out).iter_rows())
-    assert ids == list(range(40)) and stats.summary["rows_written"] == 40
+    assert ids == list(range(40)) and stats.summary.counters["rows_written"] == 40
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
 
 

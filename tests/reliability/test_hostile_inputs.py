@@ -117,7 +117,7 @@ def test_the_right_types_still_write(tmp_path):
         .write_parquet(str(out), assets=mdr.BlobAssetConfig())
         .launch_local()
     )
-    assert stats.summary["assets_written"] == 3
+    assert stats.summary.counters["assets_written"] == 3
     [row] = mdr.read_parquet(str(out)).materialize()
     assert [mdr.read_blob(row[c]) for c in ("path", "data", "ref")] == [b"png!", b"raw", b"ng"]
 
@@ -202,7 +202,7 @@ def test_allowed_sources_admit_listed_folders_only(mode, tmp_path):
             .launch_local(rundir=str(tmp_path / f"run-{name}"))
         )
 
-    assert write(media / "a.png", "ok").summary["assets_written"] == 1
+    assert write(media / "a.png", "ok").summary.counters["assets_written"] == 1
     for name, path in [("outside", other / "b.png"), ("link", media / "escape.png")]:
         with pytest.raises(mdr.StageFailed, match="is outside allowed_sources") as failed:
             write(path, name)
@@ -301,7 +301,7 @@ def test_accepted_templates_read_back_as_the_dataset(template, tmp_path):
         .write_parquet(str(out), filename_template=template)
         .launch_local()
     )
-    assert stats.summary["rows_written"] == 5
+    assert stats.summary.counters["rows_written"] == 5
     assert sorted(r.a for r in mdr.read_parquet(str(out)).materialize()) == list(range(5))
 
 
@@ -343,7 +343,7 @@ def test_safe_custom_shard_ids_write_and_read_back(tmp_path):
     out = tmp_path / "out"
     ids = ["cam-a", "cam_b.2", "0007"]
     stats = mdr.Pipeline(CustomSource(ids)).write_parquet(str(out)).launch_local()
-    assert stats.summary["rows_written"] == 3
+    assert stats.summary.counters["rows_written"] == 3
     assert sorted(r.n for r in mdr.read_parquet(str(out)).materialize()) == [0, 1, 2]
 
 
@@ -372,8 +372,8 @@ def test_an_empty_result_writes_a_zero_row_file_with_the_schema(assets, tmp_path
     )
     config = mdr.BlobAssetConfig() if assets else None
     stats = pipeline.write_parquet(str(out), assets=config).launch_local()
-    assert stats.summary["rows_written"] == 0
-    [name] = stats.summary["files"]
+    assert stats.summary.counters["rows_written"] == 0
+    [name] = stats.summary.files
     schema = pq.read_schema(out / name)
     assert schema.names == ["id", "img"]
     assert schema.field("id").type == pa.int32()
@@ -386,20 +386,20 @@ def test_only_an_entirely_empty_result_gets_an_empty_file(tmp_path):
     items = mdr.from_items([{"a": i} for i in range(10)], items_per_shard=2)
     out = tmp_path / "sparse"
     stats = items.filter(lambda r: r.a == 3).write_parquet(str(out)).launch_local()
-    assert len(stats.summary["files"]) == 1  # the one shard with a row; no empty files
+    assert len(stats.summary.files) == 1  # the one shard with a row; no empty files
     assert [r.a for r in mdr.read_parquet(str(out)).materialize()] == [3]
     out = tmp_path / "none.jsonl"
     stats = items.filter(lambda r: False).write_jsonl(str(out)).launch_local()
-    [name] = stats.summary["files"]  # named for the first shard's attempt
+    [name] = stats.summary.files  # named for the first shard's attempt
     assert name.startswith("00000__") and name.endswith(".jsonl")
-    assert stats.summary["files_written"] == 1
+    assert stats.summary.counters["files_written"] == 1
     assert mdr.read_jsonl(str(out)).materialize() == []
     # finalizing again (a resume) keeps exactly that one file
     again = items.filter(lambda r: False).write_jsonl(str(out))
     rundir = tmp_path / "run"
-    first = again.launch_local(rundir=str(rundir)).summary["files"]
-    assert again.launch_local(rundir=str(rundir)).summary["files"] == first
-    assert sorted(p.name for p in out.glob("*.jsonl")) == first
+    first = again.launch_local(rundir=str(rundir)).summary.files
+    assert again.launch_local(rundir=str(rundir)).summary.files == first
+    assert sorted(p.name for p in out.glob("*.jsonl")) == list(first)
 
 
 # damaged run folders -----------------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_transient_faults_are_retried_to_an_exact_output(
     out = f"s3://{s3_bucket}/out"
     stats = _write(media, out, _options(s3_proxy), str(tmp_path / "run"))
     assert fault.hits >= 1, f"the {name} fault never hit a request"
-    assert stats.summary["rows_written"] == ROWS
+    assert stats.summary.counters["rows_written"] == ROWS
     outcome = judge(
         s3_server, s3_bucket, "out", {i: d for i, (_, d) in media.items()}, _options(s3_proxy)
     )
@@ -122,7 +122,7 @@ def test_persistent_faults_fail_naming_the_operation_then_resume_exactly(
 
     s3_proxy.clear_faults()
     stats = _write(media, out, _options(s3_proxy), rundir)
-    assert stats.summary["rows_written"] == ROWS
+    assert stats.summary.counters["rows_written"] == ROWS
     outcome = judge(
         s3_server, s3_bucket, "out", {i: d for i, (_, d) in media.items()}, _options(s3_proxy)
     )
@@ -151,7 +151,7 @@ def test_an_upload_whose_abort_failed_is_aborted_at_finalization(
     s3_proxy.clear_faults()
     s3_proxy.inject("AbortMultipartUpload", "fail")
     stats = _write(media, out, _options(s3_proxy), rundir)
-    still_open = stats.summary["open_uploads"]
+    still_open = stats.summary.open_uploads
     assert {u["upload_id"] for u in still_open} == {u["UploadId"] for u in left_open}
     assert all(u["url"].startswith(f"s3://{s3_bucket}/out/assets/") for u in still_open)
     assert all(u["fix"].startswith("fs.abort_mpu(") for u in still_open)
@@ -159,8 +159,8 @@ def test_an_upload_whose_abort_failed_is_aborted_at_finalization(
     # Aborts work again: the next finalization (a resume) aborts every recorded upload.
     s3_proxy.clear_faults()
     stats = _write(media, out, _options(s3_proxy), rundir)
-    assert stats.summary["open_uploads"] == []
-    assert stats.summary["uploads_aborted"] == len(left_open)
+    assert stats.summary.open_uploads == ()
+    assert stats.summary.counters["uploads_aborted"] == len(left_open)
     outcome = judge(
         s3_server, s3_bucket, "out", {i: d for i, (_, d) in media.items()}, _options(s3_proxy)
     )

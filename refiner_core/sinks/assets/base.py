@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...datatype import clip_conversion_error, with_asset_form
+from ...errors import RefinerError
 from ...io.datafile import is_local
 from ...manifests import ASSET_COUNTER_KEYS
 from .checksum_column import checksum_field, checksum_slot
@@ -23,11 +24,11 @@ DROPPED = object()
 _Replaced = dict[int, tuple[pa.Field, list[Any]]]
 
 
-class AssetWriteError(RuntimeError):
+class AssetWriteError(RefinerError, RuntimeError):
     """An asset could not be read or written for a reason other than a missing file."""
 
 
-class MissingAssetError(FileNotFoundError):
+class MissingAssetError(RefinerError, FileNotFoundError):
     """An asset's file does not exist and the missing policy is ``"error"``."""
 
 

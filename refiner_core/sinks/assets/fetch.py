@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import RefinerError
 from ...io.blob import read_range, validate_reference
 from ...io.datafile import is_local, resolve
 from ...io.ranged import open_uncached
@@ -17,7 +18,7 @@ INLINE_LIMIT = 8 * 1024 * 1024
 STREAM_CHUNK = 8 * 1024 * 1024
 
 
-class MissingAsset(Exception):
+class MissingAsset(RefinerError):
     """The file or object an asset value points to does not exist."""
 
     def __init__(self, path: str) -> None:

@@ -12,7 +12,7 @@ Layout of a dataset written by refiner (``<output>`` is the Lance dataset URI)::
 Lance ignores the ``_refiner`` folder and the asset folder.
 """
 
-from .sink import LanceCommitConflict, LanceFinalizeStage, LanceSink
+from .sink import LanceCommitConflict, LanceSink
 from .writer import LanceAttemptWriter
 
-__all__ = ["LanceAttemptWriter", "LanceCommitConflict", "LanceFinalizeStage", "LanceSink"]
+__all__ = ["LanceAttemptWriter", "LanceCommitConflict", "LanceSink"]

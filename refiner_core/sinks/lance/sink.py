@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +26,8 @@ from ...lance.isolation import call_isolated
 from ...manifests import AttemptManifest, read_manifests
 from ...vocabulary import LANCE_MODES, LanceMode
 from ..files import FolderSink
-from ..finalize import FinalizeStage, remove_attempt
+from ..finalize import remove_attempt
+from ..protocol import AttemptKey, Leftovers
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
 # A version claim older than this belongs to a finalization that died; it is taken over.
@@ -65,7 +67,7 @@ class LanceSink(FolderSink):
         >>> import tempfile, refiner_core as mdr
         >>> out = tempfile.mkdtemp() + "/episodes.lance"
         >>> stats = mdr.from_items([{"a": 1}, {"a": 2}]).write_lance(out).launch_local()
-        >>> stats.summary["commit"]["version"], stats.summary["rows_written"]
+        >>> stats.summary.commit["version"], stats.summary.counters["rows_written"]
         (1, 2)
     """
 
@@ -101,9 +103,6 @@ class LanceSink(FolderSink):
         self.lance_options = lance_storage_options(storage_options)
         self._state: dict[str, Any] | None = None
         self._schemas: dict[int, pa.Schema] = {}
-
-    def describe(self) -> str:
-        return f"write_lance {self.url}"
 
     # run state -------------------------------------------------------------------
     def _latest(self) -> int | None:
@@ -181,9 +180,6 @@ class LanceSink(FolderSink):
 
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> LanceAttemptWriter:
         return LanceAttemptWriter(self, shard_id, attempt_id, self.run_state(run_id))
-
-    def finalize_stages(self) -> list[Any]:
-        return [LanceFinalizeStage(self)]
 
     # commit ----------------------------------------------------------------------
     def journals(self, run_id: str | None) -> list[tuple[str, dict[str, Any]]]:
@@ -284,6 +280,26 @@ class LanceSink(FolderSink):
             schema = schema or this
         return fragments, schema
 
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete the data files and asset folders of ``run_id``'s attempts that are not
+        kept (crashed ones included, found through their journals), then the journals.
+
+        Earlier runs' fragments belong to committed versions and are left alone."""
+        leftovers = Leftovers()
+        for relative, entry in self.journals(run_id):
+            key = (entry["shard_id"], entry["attempt_id"])
+            if key not in keep:
+                check()
+                for path in journal_paths(entry):
+                    if self.folder.exists(path):  # a rejected manifest may have removed it
+                        self.folder.rm(path, recursive=True)
+                        leftovers.removed += 1
+                leftovers.rejected.add(key)
+            self.folder.rm(relative)
+        return leftovers
+
     def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         """Commit every kept fragment in one Lance transaction, exactly once per run."""
         state = self.run_state(run_id)
@@ -329,37 +345,3 @@ class LanceSink(FolderSink):
         rows = sum(f["physical_rows"] for f in fragments)
         record = self._record(state, result["version"], fragments=len(fragments), rows=rows)
         return {**record, "already_committed": False}
-
-
-class LanceFinalizeStage(FinalizeStage):
-    """Finalization for a Lance dataset: only this run's attempts are kept or removed.
-
-    Earlier runs' fragments belong to committed versions, so their manifests, data
-    files and asset folders are left alone; crashed attempts of this run are found
-    through their journals.
-    """
-
-    def select_manifests(
-        self, manifests: list[AttemptManifest], run_id: str
-    ) -> list[AttemptManifest]:
-        return [m for m in manifests if m.run_id == run_id]
-
-    def _remove_orphans(
-        self,
-        keep: set[tuple[str, str]],
-        rejected: set[tuple[str, str]],
-        run_id: str,
-        fence: Any = None,
-    ) -> int:
-        removed = 0
-        folder = self.sink.folder
-        for relative, entry in self.sink.journals(run_id):
-            key = (entry["shard_id"], entry["attempt_id"])
-            if key not in keep:
-                for path in journal_paths(entry):
-                    if folder.exists(path):  # counted once: a rejected manifest may have removed it
-                        folder.rm(path, recursive=True)
-                        removed += 1
-                rejected.add(key)
-            folder.rm(relative)
-        return removed

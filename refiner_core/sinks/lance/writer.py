@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pickle
@@ -16,7 +17,8 @@ import pyarrow as pa
 
 from ...lance.dataset import open_dataset, schema_to_text
 from ...lance.isolation import child_result, isolating, read_table_frames, write_table_frame
-from ...manifests import attempt_key
+from ...manifests import AttemptResult
+from ...manifests._attempts import attempt_key
 from ..files import FileAttemptWriter
 
 STATE_DIR = "_refiner/lance"
@@ -228,26 +230,27 @@ class LanceAttemptWriter(FileAttemptWriter):
         return schema
 
     def _put(self, table: pa.Table) -> None:
+        assert self._stream is not None  # opened by the first block
         self._stream.put(table)
 
-    async def close(self) -> dict[str, Any]:
+    async def close(self) -> AttemptResult:
         written = await super().close()
         fragments = self._stream.finish() if self._stream is not None else []
         files = [file for fragment in fragments for file in fragment["files"]]
         self.data_files = [f"data/{file['path']}" for file in files]
-        written["files"] = list(self.data_files)
-        written["counters"].update(
-            files_written=len(files),
-            bytes_written=sum(file.get("file_size_bytes") or 0 for file in files),
-        )
-        written["extra"] = {
-            "lance": {
-                "fragments": fragments,
-                "schema": schema_to_text(self._schema) if fragments else None,
-                "read_version": self.state.get("read_version"),
-            }
+        counters = {
+            **written.counters,
+            "files_written": len(files),
+            "bytes_written": sum(file.get("file_size_bytes") or 0 for file in files),
         }
-        return written
+        lance = {
+            "fragments": fragments,
+            "schema": schema_to_text(self._schema) if fragments and self._schema else None,
+            "read_version": self.state.get("read_version"),
+        }
+        return dataclasses.replace(
+            written, files=tuple(self.data_files), counters=counters, extra={"lance": lance}
+        )
 
     async def abort(self) -> None:
         await super().abort()

@@ -1,5 +1,5 @@
 """LeRobot v3.0 writing: a sink whose finalization numbers episodes and writes ``meta/``."""
 
-from .sink import LeRobotFinalizeStage, LeRobotSink
+from .sink import LeRobotSink
 
-__all__ = ["LeRobotFinalizeStage", "LeRobotSink"]
+__all__ = ["LeRobotSink"]

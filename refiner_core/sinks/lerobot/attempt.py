@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...manifests import attempt_key
+from ...manifests import AttemptResult
+from ...manifests._attempts import attempt_key
 from ...video.clip_ref import parse_clip
 from ...video.clips import ClipNotOnKeyframe
 from ...video.concat import EncodedFile, IncompatibleClip, RemuxedFile, VideoFormat
@@ -126,6 +127,9 @@ def _info(codec: str, pix_fmt: str | None, width: int, height: int) -> dict[str,
 class LeRobotAttemptWriter:
     """Stages one shard attempt's episodes (see the module doc)."""
 
+    # Episodes carry their own columns; an attempt without rows needs no schema.
+    empty_schema: pa.Schema | None = None
+
     def __init__(self, sink: Any, shard_id: str, attempt_id: str) -> None:
         self.sink = sink
         self.where = f"{sink.describe()} shard {shard_id}"
@@ -216,7 +220,7 @@ class LeRobotAttemptWriter:
         self.pending = []
         self.parts += 1
 
-    async def close(self) -> dict[str, Any]:
+    async def close(self) -> AttemptResult:
         for episode in self.grouper.close() if self.grouper else ():
             self._episodes(episode)
         self._flush_data()
@@ -229,17 +233,15 @@ class LeRobotAttemptWriter:
         }
         self.sink.folder.write_bytes(f"{self.stage}/episodes.json", json.dumps(staged).encode())
         shutil.rmtree(self.tmp, ignore_errors=True)
-        return {
-            "files": [],
-            "asset_dirs": [],
-            "counters": {
+        return AttemptResult(
+            counters={
                 **self.counters,
                 "rows_written": len(self.episodes),
                 "frames_written": self.frames,
                 "files_written": self.parts + sum(len(c.uploaded) for c in self.cameras.values()),
                 "bytes_written": self.staged_bytes,
-            },
-        }
+            }
+        )
 
     async def abort(self) -> None:
         for camera in self.cameras.values():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ...manifests import parse_attempt_key
+from ...manifests import AttemptManifest
+from ...manifests._attempts import parse_attempt_key
 from ...validation import check_positive
-from ..fence import Fence
 from ..files import FolderSink
-from ..finalize import FinalizeStage
+from ..protocol import AttemptKey, Leftovers
 from .attempt import STAGE_DIR, LeRobotAttemptWriter
 from .commit import INFO_PATH, commit_dataset
 
@@ -73,32 +74,27 @@ class LeRobotSink(FolderSink):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> LeRobotAttemptWriter:
         return LeRobotAttemptWriter(self, shard_id, attempt_id)
 
-    def finalize_stages(self) -> list[Any]:
-        return [LeRobotFinalizeStage(self)]
-
-    def commit(self, committed: list[Any], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
+        """Number the kept attempts' episodes and write the dataset (see the class doc)."""
         if self.folder.exists(INFO_PATH):  # committed by an earlier finalization of this run
             return {}
         return commit_dataset(self, committed)
+
+    def remove_leftovers(
+        self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
+    ) -> Leftovers:
+        """Delete the staged episodes of attempts that are not kept (``check`` before each)."""
+        leftovers = Leftovers()
+        for name in self.folder.listdir(STAGE_DIR):
+            key = parse_attempt_key(name)
+            if key is not None and key not in keep:
+                check()  # each staged attempt is one deletion batch
+                self.folder.rm(f"{STAGE_DIR}/{name}", recursive=True)
+                leftovers.rejected.add(key)
+                leftovers.removed += 1
+        return leftovers
 
 
 def _check_above_zero(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"write_lerobot: {name}={value!r}; it must be a number above 0")
-
-
-class LeRobotFinalizeStage(FinalizeStage):
-    """The finalization stage of ``write_lerobot``: commits the kept attempts as one
-    dataset (see :class:`LeRobotSink`) and deletes the staged episodes of the others."""
-
-    def _remove_orphans(self, keep, rejected, run_id, fence: Fence | None = None) -> int:
-        removed = 0
-        for name in self.sink.folder.listdir(STAGE_DIR):
-            key = parse_attempt_key(name)
-            if key is not None and key not in keep:
-                if fence is not None:
-                    fence.check()  # each staged attempt is one deletion batch
-                self.sink.folder.rm(f"{STAGE_DIR}/{name}", recursive=True)
-                rejected.add(key)
-                removed += 1
-        return removed

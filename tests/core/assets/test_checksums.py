@@ -131,7 +131,10 @@ def test_a_coalesced_repack_keeps_checksums_identical(tmp_path):
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == len(blocks(packed)) and summary["ranges_copied"] == 0
+    assert (
+        summary.counters["blobs_coalesced"] == len(blocks(packed))
+        and summary.counters["ranges_copied"] == 0
+    )
     after = sorted(read_rows(out), key=lambda r: r["i"])
     assert [r["video"]["checksum"] for r in after] == [r["video"]["checksum"] for r in before]
     assert [mdr.read_blob(r["video"], verify=True) for r in after] == contents
@@ -164,7 +167,7 @@ def test_repacks_carry_checksums_over_without_recomputing(tmp_path):
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == 0  # no carried crc32c: hashed range by range
+    assert summary.counters["blobs_coalesced"] == 0  # no carried crc32c: hashed range by range
     after = sorted(read_rows(out), key=lambda r: r["i"])
     assert [r["video"]["checksum"] for r in after] == [_expected(c, "crc32c") for c in contents]
 
@@ -269,7 +272,7 @@ def test_every_writer_keeps_checksummed_deduplicated_references(tmp_path, fmt):
     )
     config = mdr.BlobAssetConfig(checksum="crc32c", dedupe="source")
     summary = getattr(pipeline, f"write_{fmt}")(str(out), assets=config).launch_local().summary
-    assert summary["assets_deduplicated"] == 6
+    assert summary.counters["assets_deduplicated"] == 6
     if fmt == "parquet":
         back = mdr.read_parquet(str(out))
     elif fmt == "jsonl":

@@ -63,12 +63,12 @@ def test_repack_of_a_fully_referenced_dataset_is_byte_identical(tmp_path, packed
     assert [b.read_bytes() for b in new_blocks] == [b.read_bytes() for b in packed["blocks"]]
     assert [b.name for b in new_blocks] == [b.name for b in packed["blocks"]]
     total = sum(map(len, packed["bytes"]))
-    assert summary["blobs_coalesced"] == len(packed["blocks"])
-    assert summary["references_coalesced"] == 20
-    assert summary["bytes_coalesced"] == total
-    assert summary["ranges_copied"] == 0
-    assert summary["bytes_range_copied"] == 0
-    assert summary["block_bytes"] == total
+    assert summary.counters["blobs_coalesced"] == len(packed["blocks"])
+    assert summary.counters["references_coalesced"] == 20
+    assert summary.counters["bytes_coalesced"] == total
+    assert summary.counters["ranges_copied"] == 0
+    assert summary.counters["bytes_range_copied"] == 0
+    assert summary.counters["block_bytes"] == total
     rows = _check_rows(out, packed["bytes"])
     # references keep their offsets inside the (identical) blocks
     source_rows = sorted(read_rows(packed["out"]), key=lambda r: r["i"])
@@ -85,10 +85,10 @@ def test_partial_selection_copies_only_the_referenced_ranges(tmp_path, packed):
     out = tmp_path / "partial"
     summary = _repack(packed["out"], out, mdr.BlobAssetConfig(target_bytes=TARGET), keep=keep)
     selected = sum(len(packed["bytes"][i]) for i in keep)
-    assert summary["blobs_coalesced"] == 0
-    assert summary["references_coalesced"] == 0
-    assert summary["ranges_copied"] == len(keep)
-    assert summary["bytes_range_copied"] == selected
+    assert summary.counters["blobs_coalesced"] == 0
+    assert summary.counters["references_coalesced"] == 0
+    assert summary.counters["ranges_copied"] == len(keep)
+    assert summary.counters["bytes_range_copied"] == selected
     assert sum(b.stat().st_size for b in blocks(out)) == selected
     _check_rows(out, packed["bytes"], keep)
 
@@ -102,9 +102,9 @@ def test_mixed_selection_coalesces_the_complete_blobs_only(tmp_path, packed):
     keep = set(range(20)) - {first_block[0]}
     out = tmp_path / "mixed"
     summary = _repack(packed["out"], out, mdr.BlobAssetConfig(target_bytes=TARGET), keep=keep)
-    assert summary["blobs_coalesced"] == len(packed["blocks"]) - 1
-    assert summary["ranges_copied"] == len(first_block) - 1
-    assert summary["references_coalesced"] == 20 - len(first_block)
+    assert summary.counters["blobs_coalesced"] == len(packed["blocks"]) - 1
+    assert summary.counters["ranges_copied"] == len(first_block) - 1
+    assert summary.counters["references_coalesced"] == 20 - len(first_block)
     assert sum(b.stat().st_size for b in blocks(out)) == sum(len(packed["bytes"][i]) for i in keep)
     _check_rows(out, packed["bytes"], keep)
 
@@ -115,10 +115,10 @@ def test_other_policies_copy_every_range(tmp_path, packed, policy):
     summary = _repack(
         packed["out"], out, mdr.BlobAssetConfig(target_bytes=TARGET, missing_policy=policy)
     )
-    assert summary["blobs_coalesced"] == 0
-    assert summary["references_coalesced"] == 0
-    assert summary["ranges_copied"] == 20
-    assert summary["bytes_range_copied"] == sum(map(len, packed["bytes"]))
+    assert summary.counters["blobs_coalesced"] == 0
+    assert summary.counters["references_coalesced"] == 0
+    assert summary.counters["ranges_copied"] == 20
+    assert summary.counters["bytes_range_copied"] == sum(map(len, packed["bytes"]))
     _check_rows(out, packed["bytes"])
 
 
@@ -136,8 +136,8 @@ def test_multi_shard_source_reads_back(tmp_path):
     )
     out = tmp_path / "repacked"
     summary = _repack(source, out, mdr.BlobAssetConfig(target_bytes=700))
-    assert summary["blobs_coalesced"] == len(blocks(source))
-    assert summary["references_coalesced"] == 9 and summary["ranges_copied"] == 0
+    assert summary.counters["blobs_coalesced"] == len(blocks(source))
+    assert summary.counters["references_coalesced"] == 9 and summary.counters["ranges_copied"] == 0
     _check_rows(out, [contents[f"{i:02d}.bin"] for i in range(9)])
 
 
@@ -175,10 +175,10 @@ def test_overlapping_and_duplicate_references_coalesce(tmp_path, blob):
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [mdr.read_blob(r["image"]) for r in rows] == [BLOB[o : o + s] for o, s in spans]
     assert [(r["image"]["offset"], r["image"]["size"]) for r in rows] == spans
-    assert summary["blobs_coalesced"] == 1
-    assert summary["references_coalesced"] == len(spans)
-    assert summary["bytes_coalesced"] == len(BLOB)
-    assert summary["ranges_copied"] == 0
+    assert summary.counters["blobs_coalesced"] == 1
+    assert summary.counters["references_coalesced"] == len(spans)
+    assert summary.counters["bytes_coalesced"] == len(BLOB)
+    assert summary.counters["ranges_copied"] == 0
 
 
 def test_two_blobs_share_an_output_block_with_translated_offsets(tmp_path, blob):
@@ -196,7 +196,9 @@ def test_two_blobs_share_an_output_block_with_translated_offsets(tmp_path, blob)
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [r["image"]["offset"] for r in rows] == [1, 11, 0, 3]
     assert [mdr.read_blob(r["image"]) for r in rows] == [b"yz", b"89ABCDEF", b"x", b"01234567"]
-    assert summary["blobs_coalesced"] == 2 and summary["references_coalesced"] == 4
+    assert (
+        summary.counters["blobs_coalesced"] == 2 and summary.counters["references_coalesced"] == 4
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,9 +209,9 @@ def test_two_blobs_share_an_output_block_with_translated_offsets(tmp_path, blob)
 def test_incomplete_coverage_copies_ranges(tmp_path, blob, spans):
     refs = [{"path": blob, "offset": o, "size": s} for o, s in spans]
     out, summary = _write_refs(tmp_path, refs)
-    assert summary["blobs_coalesced"] == 0
-    assert summary["ranges_copied"] == len(spans)
-    assert summary["bytes_range_copied"] == sum(s for _, s in spans)
+    assert summary.counters["blobs_coalesced"] == 0
+    assert summary.counters["ranges_copied"] == len(spans)
+    assert summary.counters["bytes_range_copied"] == sum(s for _, s in spans)
     (block,) = blocks(out)
     assert block.read_bytes() == b"".join(BLOB[o : o + s] for o, s in spans)
     rows = sorted(read_rows(out), key=lambda r: r["i"])
@@ -258,7 +260,7 @@ def test_coalescing_into_file_assets_is_not_attempted(tmp_path, blob):
     out, summary = _write_refs(tmp_path, refs, mdr.FileAssetConfig())
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [Path(r["image"]).read_bytes() for r in rows] == [BLOB[:8], BLOB[8:]]
-    assert summary["blobs_coalesced"] == 0
+    assert summary.counters["blobs_coalesced"] == 0
 
 
 # large blobs: one copy into a block of their own ---------------------------------------
@@ -298,11 +300,11 @@ def test_large_blob_is_copied_whole_into_its_own_block(tmp_path, monkeypatch):
     assert [b.read_bytes() for b in new_blocks] == [b.read_bytes() for b in source_blocks]
     copies = [p.read_text().split("\n") for p in sorted(calls.iterdir())]
     assert copies == [[str(source_blocks[0]), str(new_blocks[0])]]
-    assert summary["blobs_coalesced"] == 2
-    assert summary["references_coalesced"] == 4
-    assert summary["bytes_coalesced"] == len(big) + sum(map(len, small))
-    assert summary["ranges_copied"] == 0
-    assert summary["blocks_written"] == 2
+    assert summary.counters["blobs_coalesced"] == 2
+    assert summary.counters["references_coalesced"] == 4
+    assert summary.counters["bytes_coalesced"] == len(big) + sum(map(len, small))
+    assert summary.counters["ranges_copied"] == 0
+    assert summary.counters["blocks_written"] == 2
     _check_rows(out, [big, *small])
 
 
@@ -345,7 +347,7 @@ def test_list_columns_of_references_are_copied_by_range(tmp_path, blob):
             str(out), assets=mdr.BlobAssetConfig()
         )
     )
-    assert summary["blobs_coalesced"] == 0 and summary["ranges_copied"] == 2
+    assert summary.counters["blobs_coalesced"] == 0 and summary.counters["ranges_copied"] == 2
     written = sorted(read_rows(out), key=lambda r: r["i"])
     assert [mdr.read_blob(written[0]["frames"][0]), mdr.read_blob(written[1]["frames"][0])] == [
         BLOB[:8],

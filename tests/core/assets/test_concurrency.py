@@ -43,7 +43,7 @@ def test_file_copies_run_up_to_max_in_flight(tmp_path, served):
     )
     assert server.state.max_in_flight == 4
     assert len(server.state.gets()) == 12
-    assert summary["assets_written"] == 12
+    assert summary.counters["assets_written"] == 12
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [Path(r["video"]).read_bytes() for r in rows] == [contents[n] for n in names]
     assert Path(rows[0]["video"]).name == "00000000_clip-00.y4m"
@@ -61,7 +61,7 @@ def test_file_copies_overlap_across_blocks(tmp_path, served):
     )
     # blocks hold 2 rows, yet 6 copies ran at once: later blocks started before earlier ended
     assert server.state.max_in_flight == 6
-    assert summary["assets_written"] == 24 and summary["rows_written"] == 24
+    assert summary.counters["assets_written"] == 24 and summary.counters["rows_written"] == 24
     rows = read_rows(out)
     assert [r["i"] for r in rows] == list(range(24))  # rows still land in order
     assert [Path(r["video"]).read_bytes() for r in rows] == [contents[n] for n in sorted(contents)]
@@ -77,7 +77,7 @@ def test_packed_reads_run_up_to_max_in_flight_and_keep_order(tmp_path, served):
         .summary
     )
     assert server.state.max_in_flight == 5
-    assert summary["assets_written"] == 24
+    assert summary.counters["assets_written"] == 24
     (block,) = blocks(out)
     assert block.read_bytes() == b"".join(contents[n] for n in sorted(contents))
     rows = sorted(read_rows(out), key=lambda r: r["i"])
@@ -105,7 +105,7 @@ def test_a_missing_url_is_a_missing_asset(tmp_path, served, config):
         .launch_local()
         .summary
     )
-    assert summary["missing_assets"] == 1 and summary["cells_nulled"] == 1
+    assert summary.counters["missing_assets"] == 1 and summary.counters["cells_nulled"] == 1
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert rows[1]["video"] is None
     read = (

@@ -225,7 +225,7 @@ def test_jsonl_with_assets_writes_and_reads_back(tmp_path, config):
             },
         ).write_jsonl(str(out), assets=config)
     )
-    assert summary["rows_written"] == 2 and summary["assets_written"] == 6
+    assert summary.counters["rows_written"] == 2 and summary.counters["assets_written"] == 6
     is_blob = isinstance(config, mdr.BlobAssetConfig)
     written = sorted(read_jsonl_rows(out), key=lambda r: r["i"])
     if is_blob:

@@ -82,11 +82,11 @@ def test_source_dedupe_stores_each_of_ten_files_once_for_a_hundred_rows(store):
 
     distinct_bytes = sum(map(len, contents))
     assert store.block_bytes(output) == distinct_bytes
-    assert summary["block_bytes"] == distinct_bytes
-    assert summary["asset_bytes"] == distinct_bytes
-    assert summary["assets_written"] == ROWS
-    assert summary["assets_deduplicated"] == ROWS - DISTINCT
-    assert summary["bytes_deduplicated"] == 9 * distinct_bytes
+    assert summary.counters["block_bytes"] == distinct_bytes
+    assert summary.counters["asset_bytes"] == distinct_bytes
+    assert summary.counters["assets_written"] == ROWS
+    assert summary.counters["assets_deduplicated"] == ROWS - DISTINCT
+    assert summary.counters["bytes_deduplicated"] == 9 * distinct_bytes
     written = store.rows(output)
     assert [store.read(r["video"]) for r in written] == [
         contents[i % DISTINCT] for i in range(ROWS)
@@ -104,12 +104,12 @@ def test_content_dedupe_stores_ten_byte_strings_under_a_hundred_paths_once(store
     assert len(set(urls)) == ROWS
 
     source, source_summary = _write(store, rows, mdr.BlobAssetConfig(dedupe="source"), "by-source")
-    assert source_summary["assets_deduplicated"] == 0  # a hundred different sources
+    assert source_summary.counters["assets_deduplicated"] == 0  # a hundred different sources
     output, summary = _write(store, rows, mdr.BlobAssetConfig(dedupe="content"))
 
     assert store.block_bytes(output) == sum(map(len, contents))
-    assert summary["assets_deduplicated"] == ROWS - DISTINCT
-    assert summary["bytes_deduplicated"] == 9 * sum(map(len, contents))
+    assert summary.counters["assets_deduplicated"] == ROWS - DISTINCT
+    assert summary.counters["bytes_deduplicated"] == 9 * sum(map(len, contents))
     written = store.rows(output)
     assert [store.read(r["video"]) for r in written] == [
         contents[i % DISTINCT] for i in range(ROWS)
@@ -124,7 +124,7 @@ def test_without_dedupe_every_asset_is_stored(store):
         store, [{"i": i, "video": url} for i in range(5)], mdr.BlobAssetConfig()
     )
     assert store.block_bytes(output) == 5 * len(contents[0])
-    assert summary["assets_deduplicated"] == summary["bytes_deduplicated"] == 0
+    assert summary.counters["assets_deduplicated"] == summary.counters["bytes_deduplicated"] == 0
     assert [r["video"]["offset"] for r in store.rows(output)] == [
         i * len(contents[0]) for i in range(5)
     ]
@@ -150,7 +150,7 @@ def test_source_dedupe_reads_a_repeated_object_once(tmp_path, s3_server, s3_buck
     output, summary = _write(store, rows, mdr.BlobAssetConfig(dedupe="source"))
     source_gets = [r for r in s3_proxy.records("GetObject") if "/src/" in r.path]
     assert len(source_gets) == DISTINCT
-    assert summary["assets_deduplicated"] == ROWS - DISTINCT
+    assert summary.counters["assets_deduplicated"] == ROWS - DISTINCT
     assert [store.read(r["video"]) for r in store.rows(output)] == [
         contents[i % DISTINCT] for i in range(ROWS)
     ]
@@ -182,8 +182,8 @@ def test_source_dedupe_stores_a_file_again_once_it_changed(tmp_path):
     )
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [mdr.read_blob(r["video"]) for r in rows] == [first] * 50 + [second] * 50
-    assert summary["block_bytes"] == 1800
-    assert summary["assets_deduplicated"] == ROWS - 2
+    assert summary.counters["block_bytes"] == 1800
+    assert summary.counters["assets_deduplicated"] == ROWS - 2
 
 
 def test_content_dedupe_of_large_streamed_assets(tmp_path):
@@ -206,9 +206,9 @@ def test_content_dedupe_of_large_streamed_assets(tmp_path):
         .launch_local()
         .summary
     )
-    assert summary["block_bytes"] == 3 * size - 5
-    assert summary["assets_deduplicated"] == 2
-    assert summary["bytes_deduplicated"] == 2 * size
+    assert summary.counters["block_bytes"] == 3 * size - 5
+    assert summary.counters["assets_deduplicated"] == 2
+    assert summary.counters["bytes_deduplicated"] == 2 * size
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     expected = [big, big, bytes(other), big[:-5], big]
     assert [mdr.read_blob(r["video"], verify=True) for r in rows] == expected
@@ -233,7 +233,7 @@ def test_dedupe_with_lists_of_assets_under_every_missing_policy(tmp_path, mode, 
         .launch_local()
         .summary
     )
-    assert summary["block_bytes"] == sum(map(len, contents))
+    assert summary.counters["block_bytes"] == sum(map(len, contents))
     written = sorted(read_rows(out), key=lambda r: r["i"])
     expected_rows = [r for r in rows if not (policy == "drop_row" and r["i"] == 5)]
     assert [r["i"] for r in written] == [r["i"] for r in expected_rows]
@@ -245,7 +245,7 @@ def test_dedupe_with_lists_of_assets_under_every_missing_policy(tmp_path, mode, 
                 assert mdr.read_blob(ref) == contents[paths.index(path)]
     # every asset that was read counts, also those of a row dropped by a later element
     read = 36 - (1 if policy != "error" else 0)
-    assert summary["assets_deduplicated"] == read - 3
+    assert summary.counters["assets_deduplicated"] == read - 3
 
 
 def test_a_coalesced_whole_blob_copy_is_not_deduplicated_again(tmp_path):
@@ -267,9 +267,9 @@ def test_a_coalesced_whole_blob_copy_is_not_deduplicated_again(tmp_path):
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == len(source_blocks)
-    assert summary["references_coalesced"] == 12
-    assert summary["assets_deduplicated"] == 0
+    assert summary.counters["blobs_coalesced"] == len(source_blocks)
+    assert summary.counters["references_coalesced"] == 12
+    assert summary.counters["assets_deduplicated"] == 0
     assert [b.read_bytes() for b in blocks(out)] == [b.read_bytes() for b in source_blocks]
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     assert [mdr.read_blob(r["video"]) for r in rows] == [contents[i % 6] for i in range(12)]
@@ -284,9 +284,9 @@ def test_a_coalesced_whole_blob_copy_is_not_deduplicated_again(tmp_path):
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == 0
-    assert summary["assets_deduplicated"] == 6
-    assert summary["block_bytes"] == sum(map(len, contents))
+    assert summary.counters["blobs_coalesced"] == 0
+    assert summary.counters["assets_deduplicated"] == 6
+    assert summary.counters["block_bytes"] == sum(map(len, contents))
 
 
 def test_dedupe_never_crosses_attempts_so_removing_a_rejected_attempt_keeps_rows(tmp_path):
@@ -315,14 +315,14 @@ def test_dedupe_never_crosses_attempts_so_removing_a_rejected_attempt_keeps_rows
 
     result = finalize.run(run_id=run_id)
 
-    assert result["rejected_attempts_removed"] == 1
+    assert result.rejected_attempts_removed == 1
     assert not (out / "assets" / f"{first.shard_id}__{first.attempt_id}").exists()
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     kept = f"{second.shard_id}__{second.attempt_id}"
     assert all(f"/assets/{kept}/" in r["video"]["path"] for r in rows)
     assert [mdr.read_blob(r["video"]) for r in rows] == [contents[i % 4] for i in range(20)]
-    assert result["assets_deduplicated"] == 16
-    assert result["bytes_deduplicated"] == 4 * sum(map(len, contents))
+    assert result.counters["assets_deduplicated"] == 16
+    assert result.counters["bytes_deduplicated"] == 4 * sum(map(len, contents))
 
 
 def _crc32c_collision(data: bytes) -> bytes:
@@ -374,8 +374,8 @@ def test_content_dedupe_never_merges_different_bytes_whose_digests_collide(store
     ]
     rows = [{"i": i, "video": u} for i, u in enumerate(urls)]
     output, summary = _write(store, rows, mdr.BlobAssetConfig(dedupe="content"))
-    assert summary["block_bytes"] == 2000
-    assert summary["assets_deduplicated"] == 2
+    assert summary.counters["block_bytes"] == 2000
+    assert summary.counters["assets_deduplicated"] == 2
     written = store.rows(output)
     assert [store.read(r["video"]) for r in written] == [first, colliding, first, colliding]
     assert written[0]["video"] == written[2]["video"] != written[1]["video"]
@@ -401,9 +401,9 @@ def test_source_dedupe_of_blob_references_keys_on_path_and_range(store):
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == 0 and summary["ranges_copied"] == 6
-    assert summary["assets_deduplicated"] == 24
-    assert summary["block_bytes"] == sum(map(len, contents))
+    assert summary.counters["blobs_coalesced"] == 0 and summary.counters["ranges_copied"] == 6
+    assert summary.counters["assets_deduplicated"] == 24
+    assert summary.counters["block_bytes"] == sum(map(len, contents))
     assert [store.read(r["video"]) for r in store.rows(output)] == [
         contents[i % 6] for i in range(30)
     ]

@@ -103,8 +103,8 @@ def test_finalize_removes_crashed_and_rejected_attempts_and_keeps_user_files(tmp
     assert not (out / "_refiner" / "attempts" / f"{REJECTED}.json").exists()
     for relative, data in mine.items():
         assert (out / relative).read_bytes() == data
-    assert result["rejected_attempts_removed"] == 2
-    assert result["rows_written"] == 4 and result["assets_written"] == 4
+    assert result.rejected_attempts_removed == 2
+    assert result.counters["rows_written"] == 4 and result.counters["assets_written"] == 4
     assert summary(out)["rejected_attempts_removed"] == 2
     # the committed rows still read back
     after = sorted(read_rows(out), key=lambda r: r["i"])
@@ -112,7 +112,7 @@ def test_finalize_removes_crashed_and_rejected_attempts_and_keeps_user_files(tmp
     read = mdr.read_blob if config_name == "blob" else (lambda p: Path(p).read_bytes())
     assert [read(r["video"]) for r in after] == [b"v0", b"v1", b"v2", b"v3"]
     # finalizing again changes nothing
-    assert sequence.stages[-1].run(run_id=stats.run_id)["rejected_attempts_removed"] == 0
+    assert sequence.stages[-1].run(run_id=stats.run_id).rejected_attempts_removed == 0
     assert {p.name for p in attempt_dirs(out)} == committed
 
 
@@ -130,7 +130,7 @@ def test_a_new_run_replaces_an_earlier_run_in_the_same_output(tmp_path):
     )
     mine = _user_files(out)
     result = _pipeline(paths).write_parquet(str(out), assets=mdr.BlobAssetConfig()).launch_local()
-    assert result.summary["rejected_attempts_removed"] == 1
+    assert result.summary.rejected_attempts_removed == 1
     assert OTHER_RUN not in {p.name for p in attempt_dirs(out)}
     assert len(attempt_dirs(out)) == 1 and len(data_files(out)) == 1
     for relative, data in mine.items():
@@ -157,7 +157,7 @@ def test_a_failed_attempt_leaves_nothing_visible_and_a_resume_completes(tmp_path
     late.write_bytes(b"v3")
     stats = sequence.launch_local(rundir=str(rundir))
     assert stats.stages[0].shards_skipped == 1
-    assert stats.summary["rows_written"] == 4
+    assert stats.summary.counters["rows_written"] == 4
     assert [p.name[:5] for p in attempt_dirs(out)] == ["00000", "00001"]
     rows = sorted(read_rows(out), key=lambda r: r["i"])
     read = mdr.read_blob if config_name == "blob" else (lambda p: Path(p).read_bytes())

@@ -83,7 +83,7 @@ def test_foreign_asset_columns_are_packed_and_copied(tmp_path: Path, config: str
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnmarkedAssetsWarning)
         summary = launch(mdr.read_parquet(str(source)).write_parquet(str(out), assets=assets))
-    assert summary["assets_written"] == 3 + 4 + 3 + 3
+    assert summary.counters["assets_written"] == 3 + 4 + 3 + 3
 
     table = read_table(out).sort_by("episode")
     form = "blob" if config == "blobs" else "path"

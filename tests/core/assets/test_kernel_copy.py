@@ -289,11 +289,11 @@ def test_a_column_of_local_paths_packs_as_the_general_loop_does(tmp_path, policy
         "cells_nulled",
         "rows_dropped",
     ):
-        assert short_summary.get(counter) == general_summary.get(counter), counter
+        assert short_summary.counters.get(counter) == general_summary.counters.get(counter), counter
     expected_missing = sum(r["video"] == gone for r in rows) + sum(
         gone in r["frames"] for r in rows
     )
-    assert short_summary["missing_assets"] == expected_missing > 0
+    assert short_summary.counters["missing_assets"] == expected_missing > 0
     cells = [row["video"] for row in short] + [f for row in short for f in row["frames"]]
     assert all(cell is None or cell[0] for cell in cells)
     assert all(cell is None or (cell[1] is not None) == (checksum is not None) for cell in cells)

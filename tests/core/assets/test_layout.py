@@ -63,9 +63,9 @@ def test_file_config_layout_and_readable_names(tmp_path):
         assert Path(path).is_absolute()
         assert path.startswith(str(attempt) + "/front_cam_left/")
         assert Path(path).read_bytes() == Path(sources[name]).read_bytes()
-    assert summary["assets_written"] == 3
-    assert summary["asset_bytes"] == len(b"clip-one") + len(b"plain") + len(b"unicode")
-    assert summary["asset_dirs"] == [f"assets/{attempt.name}"]
+    assert summary.counters["assets_written"] == 3
+    assert summary.counters["asset_bytes"] == len(b"clip-one") + len(b"plain") + len(b"unicode")
+    assert summary.asset_dirs == (f"assets/{attempt.name}",)
 
 
 def test_file_config_puts_a_thousand_rows_in_each_folder(tmp_path):
@@ -88,7 +88,7 @@ def test_file_config_puts_a_thousand_rows_in_each_folder(tmp_path):
         assert path.parent.name == f"{row['i'] // 1_000:05d}"
         assert path.name == f"{row['i']:08d}_{row['i']}.bin"
         assert path.read_bytes() == f"asset {row['i']}".encode()
-    assert summary["assets_written"] == 2_345
+    assert summary.counters["assets_written"] == 2_345
 
 
 def test_local_copies_go_out_in_turn_from_different_row_folders():
@@ -190,10 +190,10 @@ def test_rollover_example_from_the_spec(tmp_path):
         {"path": str(block1), "offset": 0, "size": 4},
     ]
     assert [mdr.read_blob(r["video"]) for r in rows] == [b"abc", b"de", b"fghi"]
-    assert summary["blocks_written"] == 2
-    assert summary["block_bytes"] == 9
-    assert summary["assets_written"] == 3
-    assert summary["asset_bytes"] == 9
+    assert summary.counters["blocks_written"] == 2
+    assert summary.counters["block_bytes"] == 9
+    assert summary.counters["assets_written"] == 3
+    assert summary.counters["asset_bytes"] == 9
 
 
 def test_oversize_asset_gets_a_block_of_its_own(tmp_path):
@@ -202,7 +202,7 @@ def test_oversize_asset_gets_a_block_of_its_own(tmp_path):
     rows = _by(read_rows(out))
     assert all(r["video"]["offset"] == 0 for r in rows)
     assert [mdr.read_blob(r["video"]) for r in rows] == [b"ab", b"cdefgh", b"ij", b"klmnopq", b"r"]
-    assert summary["blocks_written"] == 5
+    assert summary.counters["blocks_written"] == 5
 
 
 def test_first_asset_larger_than_target_then_small_ones_share(tmp_path):
@@ -290,7 +290,7 @@ def test_list_of_paths_column(tmp_path, config):
     read = _read_blob if isinstance(config, mdr.BlobAssetConfig) else _read_file
     got = [[read(v) for v in r["frames"]] for r in (written[0], written[3])]
     assert got == [[b"frame-0", b"frame-1"], [b"frame-2", None, b"frame-3", b"frame-4"]]
-    assert summary["assets_written"] == 5
+    assert summary.counters["assets_written"] == 5
     field = read_table(out).schema.field("frames")
     info = dt.asset_of(field)
     assert (info.kind, info.is_list) == ("image", True)
@@ -340,8 +340,10 @@ def test_inline_bytes_columns_and_lists_of_bytes(tmp_path, config):
     for row, source in zip(written, rows, strict=True):
         assert read(row["image"]) == source["image"]
         assert [read(v) for v in row["audio"]] == source["audio"]
-    assert summary["assets_written"] == 9
-    assert summary["asset_bytes"] == sum(len(r["image"]) + sum(map(len, r["audio"])) for r in rows)
+    assert summary.counters["assets_written"] == 9
+    assert summary.counters["asset_bytes"] == sum(
+        len(r["image"]) + sum(map(len, r["audio"])) for r in rows
+    )
     schema = read_table(out).schema
     assert schema.field("image").metadata[FORM_KEY] == (b"blob" if is_blob else b"path")
     assert schema.field("audio").metadata[KIND_KEY] == b"audio"

@@ -18,7 +18,11 @@ dt = mdr.datatype
 
 def policy_counts(summary: dict) -> tuple[int, int, int]:
     """(missing assets, cells set to null, rows dropped) of a write's summary."""
-    return summary["missing_assets"], summary["cells_nulled"], summary["rows_dropped"]
+    return (
+        summary.counters["missing_assets"],
+        summary.counters["cells_nulled"],
+        summary.counters["rows_dropped"],
+    )
 
 
 CONFIGS = {
@@ -117,8 +121,8 @@ def test_set_null_keeps_rows_and_nulls_cells(tmp_path, media, config_name):
         None,
     ]
     assert policy_counts(summary) == (2, 2, 0)
-    assert summary["assets_written"] == 2
-    assert summary["rows_written"] == 5
+    assert summary.counters["assets_written"] == 2
+    assert summary.counters["rows_written"] == 5
 
 
 @pytest.mark.parametrize("config_name", CONFIGS)
@@ -134,8 +138,8 @@ def test_drop_row_removes_rows(tmp_path, media, config_name):
     assert [r["i"] for r in rows] == [0, 2, 4]
     assert [_read(config_name, r["video"]) for r in rows] == [b"video-0", b"video-2", None]
     assert policy_counts(summary) == (2, 0, 2)
-    assert summary["rows_written"] == 3
-    assert summary["assets_written"] == 2
+    assert summary.counters["rows_written"] == 3
+    assert summary.counters["assets_written"] == 2
 
 
 # list cells -----------------------------------------------------------------------
@@ -175,7 +179,7 @@ def test_set_null_nulls_list_elements(tmp_path, media, config_name):
         [None, b"video-3"],
     ]
     assert policy_counts(summary) == (2, 2, 0)
-    assert summary["assets_written"] == 4
+    assert summary.counters["assets_written"] == 4
 
 
 @pytest.mark.parametrize("config_name", CONFIGS)
@@ -205,8 +209,8 @@ def test_drop_row_drops_rows_with_a_missing_element(tmp_path, media, config_name
     # file mode deletes the dropped row's copy; a block keeps the bytes already appended
     # (unreferenced), so they still count as written there
     written = {"file": 3, "blob": 4}[config_name]
-    assert summary["assets_written"] == written
-    assert summary["asset_bytes"] == written * len(b"video-0")
+    assert summary.counters["assets_written"] == written
+    assert summary.counters["asset_bytes"] == written * len(b"video-0")
 
 
 def test_drop_row_in_a_later_column_removes_earlier_copies(tmp_path, media):
@@ -231,9 +235,9 @@ def test_drop_row_in_a_later_column_removes_earlier_copies(tmp_path, media):
         "video/00000/00000000_0.y4m",
         "video/00000/00000002_3.y4m",
     ]
-    assert summary["assets_written"] == 4
-    assert summary["asset_bytes"] == 4 * len(b"video-0")
-    assert summary["rows_dropped"] == 1
+    assert summary.counters["assets_written"] == 4
+    assert summary.counters["asset_bytes"] == 4 * len(b"video-0")
+    assert summary.counters["rows_dropped"] == 1
 
 
 @pytest.mark.parametrize("config_name", CONFIGS)
@@ -251,10 +255,10 @@ def test_missing_blob_source_follows_the_policy(tmp_path, config_name, policy):
     written = sorted(read_rows(out), key=lambda r: r["i"])
     assert _read(config_name, written[0]["image"]) == b"234"
     if policy == "set_null":
-        assert written[1]["image"] is None and summary["cells_nulled"] == 1
+        assert written[1]["image"] is None and summary.counters["cells_nulled"] == 1
     else:
-        assert len(written) == 1 and summary["rows_dropped"] == 1
-    assert summary["missing_assets"] == 1
+        assert len(written) == 1 and summary.counters["rows_dropped"] == 1
+    assert summary.counters["missing_assets"] == 1
 
 
 # errors that every policy reports -------------------------------------------------
@@ -358,4 +362,4 @@ def test_blob_drop_row_keeps_blocks_readable(tmp_path, media):
     )
     (block,) = blocks(out)
     assert block.read_bytes() == b"video-0video-1video-2video-3"
-    assert summary["block_bytes"] == len(block.read_bytes())
+    assert summary.counters["block_bytes"] == len(block.read_bytes())

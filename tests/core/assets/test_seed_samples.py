@@ -73,7 +73,7 @@ def test_file_asset_config_sample(samples, written):
     )
 
     summary = written[-1].launch_local().summary
-    assert summary["assets_written"] == len(samples["videos"])
+    assert summary.counters["assets_written"] == len(samples["videos"])
     rows = sorted(read_rows(Path("/tmp/out")), key=lambda r: r["episode"])
     (attempt,) = attempt_dirs(Path("/tmp/out"))
     for row, source in zip(rows, samples["videos"], strict=True):
@@ -91,8 +91,8 @@ def test_blob_asset_config_sample(samples, written):
     )
 
     summary = written[-1].launch_local().summary
-    assert summary["blocks_written"] == 1
-    assert summary["assets_written"] == len(samples["videos"])
+    assert summary.counters["blocks_written"] == 1
+    assert summary.counters["assets_written"] == len(samples["videos"])
     (block,) = blocks(Path("/tmp/out"))
     sources = [Path(v).read_bytes() for v in samples["videos"]]
     assert block.read_bytes() == b"".join(sources)
@@ -148,8 +148,8 @@ def test_missing_policy_sample(samples, written):
     )
 
     summary = written[-1].launch_local().summary
-    assert summary["missing_assets"] == 0
-    assert summary["assets_written"] == len(samples["videos"])
+    assert summary.counters["missing_assets"] == 0
+    assert summary.counters["assets_written"] == len(samples["videos"])
 
 
 def _layout(output: Path, subdir: str) -> list[str]:

@@ -64,7 +64,7 @@ def test_a_chained_url_to_a_good_file_is_copied(tmp_path):
     good = tmp_path / "good.png"
     good.write_bytes(b"frame bytes")
     out, stats = write(tmp_path, "out", [f"simplecache::file://{good}"], mdr.BlobAssetConfig())
-    assert stats.summary["assets_written"] == 1
+    assert stats.summary.counters["assets_written"] == 1
     [row] = mdr.read_parquet(str(out)).materialize()
     assert mdr.read_blob(row["img"]) == b"frame bytes"
 

@@ -20,7 +20,7 @@ dtypes = {{"video": mdr.datatype.video_path()}} if marked == "yes" else None
 assets = mdr.BlobAssetConfig() if mode == "blobs" else mdr.FileAssetConfig()
 stats = mdr.from_items(rows, items_per_shard=2, dtypes=dtypes).write_parquet(out, assets=assets)
 stats = stats.launch_local(num_workers=1)
-print("assets_written", stats.summary["assets_written"])
+print("assets_written", stats.summary.counters["assets_written"])
 """
 
 

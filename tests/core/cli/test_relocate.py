@@ -26,7 +26,7 @@ def test_relocated_dataset_needs_nothing_of_the_old_place(tmp_path: Path) -> Non
         .write_parquet(str(new), assets=mdr.BlobAssetConfig())
         .launch_local()
     )
-    assert stats.summary["blobs_coalesced"] == 2  # each old block copied whole, once
+    assert stats.summary.counters["blobs_coalesced"] == 2  # each old block copied whole, once
     shutil.rmtree(tmp_path / "old")
     shutil.rmtree(tmp_path / "src")
 

@@ -120,7 +120,7 @@ def test_max_block_rows_caps_transformed_blocks(tmp_path, sink_blocks):
     out = tmp_path / "out"
     stats = pipeline.write_parquet(str(out)).launch_local()
     sizes = sink_blocks.sizes()
-    assert sum(sizes) == 100 * 4 * 7 == stats.summary["rows_written"]
+    assert sum(sizes) == 100 * 4 * 7 == stats.summary.counters["rows_written"]
     assert max(sizes) == 16
     rows = read_output_rows(out)
     assert [(r["i"], r["copy"], r["rep"]) for r in rows[:9]] == [

@@ -60,7 +60,7 @@ def test_a_finalized_folder_reads_as_its_committed_files_only(place):
     url, options, put = place
     items = mdr.from_items([{"i": i} for i in range(12)], items_per_shard=4)
     stats = items.write_parquet(url, storage_options=options).launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 12
+    assert stats.summary.counters["rows_written"] == 12
     put("foreign.parquet", _parquet_bytes([{"i": 100}]))
     put("nested/also-foreign.parquet", _parquet_bytes([{"i": 101}]))
     put("99999__aaaaaaaaaaaa.parquet", _parquet_bytes([{"i": 102}]))  # looks like an attempt

@@ -97,4 +97,4 @@ def test_a_shard_with_no_rows_is_not_judged(tmp_path):
     out = tmp_path / "out"
     pipeline = mdr.from_items([{"n": 1}], dtypes={"later": INT}).filter(lambda r: False)
     stats = pipeline.write_parquet(str(out)).launch_local()
-    assert stats.summary["rows_written"] == 0
+    assert stats.summary.counters["rows_written"] == 0

@@ -70,7 +70,7 @@ def test_factory_once_per_worker_process_and_closed(tmp_path):
         factory=lambda: SyncModel(log, delay=0.01), batch_size=2
     )
     stats = pipeline.write_parquet(str(tmp_path / "out")).launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 40
+    assert stats.summary.counters["rows_written"] == 40
     pids = assert_once_per_worker(log, "close", max_workers=2)
     call_pids = {pid for pid, _ in log.events("call")}
     assert call_pids == pids

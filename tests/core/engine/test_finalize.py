@@ -76,11 +76,11 @@ def test_rejected_attempts_are_deleted_and_user_files_kept(tmp_path):
     assert {f for m in kept for f in m["files"]} == committed
 
     # the duplicate, the other run's attempt and the two crashed ones
-    assert summary["rejected_attempts_removed"] == 4
-    assert summary["files_removed"] == 4  # one data file for each of the four
-    assert summary["shards"] == 3 and summary["rows_written"] == 30
-    assert summary["files"] == sorted(committed)
-    assert summary["bytes_written"] == sum((out / f).stat().st_size for f in committed)
+    assert summary.rejected_attempts_removed == 4
+    assert summary.files_removed == 4  # one data file for each of the four
+    assert summary.shards == 3 and summary.counters["rows_written"] == 30
+    assert list(summary.files) == sorted(committed)
+    assert summary.counters["bytes_written"] == sum((out / f).stat().st_size for f in committed)
     rows = []
     for name in sorted(committed):
         rows.extend(pq.read_table(out / name).to_pylist())
@@ -98,7 +98,7 @@ def test_finalization_is_idempotent(tmp_path):
     before = outside_owner_records()
     again = sequence.stages[1].run(run_id=stats.run_id)
     assert outside_owner_records() == before
-    assert again["rows_written"] == 12 and again["rejected_attempts_removed"] == 0
+    assert again.counters["rows_written"] == 12 and again.rejected_attempts_removed == 0
     on_disk = json.loads((out / "_refiner" / "summary.json").read_text())
     assert on_disk["rows_written"] == 12
 
@@ -119,7 +119,7 @@ def test_filename_template_in_a_subfolder(tmp_path):
     summary = sequence.stages[1].run(run_id=stats.run_id)
     assert not orphan.exists()
     assert (out / "parts" / "episodes-readme.parquet").exists()
-    assert summary["rejected_attempts_removed"] == 1
+    assert summary.rejected_attempts_removed == 1
     assert sorted(
         r.i for r in mdr.read_parquet(str(out / "parts" / "episodes-0*")).iter_rows()
     ) == list(range(20))
@@ -130,9 +130,9 @@ def test_jsonl_writer_finalizes_too(tmp_path):
     sequence = items(9, per_shard=4).write_jsonl(str(out))
     assert [s.kind for s in sequence.stages] == ["write", "finalize"]
     stats = sequence.launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 9 and stats.summary["format"] == "jsonl"
+    assert stats.summary.counters["rows_written"] == 9 and stats.summary.format == "jsonl"
     files = sorted(p.name for p in out.glob("*.jsonl"))
-    assert files == stats.summary["files"] and len(files) == 3
+    assert files == list(stats.summary.files) and len(files) == 3
     rows = mdr.read_jsonl(str(out)).materialize()
     assert sorted((r.i, r.name) for r in rows) == [(i, f"ep{i}") for i in range(9)]
 

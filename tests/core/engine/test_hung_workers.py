@@ -109,7 +109,7 @@ def test_a_slow_shard_that_reports_progress_is_left_alone(tmp_path):
     stats = sequence.write_parquet(str(tmp_path / "out")).launch_local(
         num_workers=2, start_method="fork", progress_timeout_s=TIMEOUT_S
     )
-    assert stats.summary["rows_written"] == 80
+    assert stats.summary.counters["rows_written"] == 80
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, "60", True])

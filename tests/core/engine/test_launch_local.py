@@ -93,7 +93,7 @@ def test_resume_from_rundir_skips_completed_shards(tmp_path):
     assert calls == list(range(20)) + sorted(list(range(20, 26)) * 2) + list(range(26, 50))
     write = stats.stages[0]
     assert (write.shards, write.shards_skipped) == (5, 2)
-    assert stats.summary["rows_written"] == 50 and stats.summary["shards"] == 5
+    assert stats.summary.counters["rows_written"] == 50 and stats.summary.shards == 5
     assert stats.rundir == str(rundir)
     rows = read_output_rows(out)
     assert sorted(r["doubled"] for r in rows) == [2 * i for i in range(50)]
@@ -103,7 +103,7 @@ def test_resume_from_rundir_skips_completed_shards(tmp_path):
     again = sequence.launch_local(num_workers=2, rundir=str(rundir))
     assert again.stages[0].shards_skipped == 5
     assert log.count("call") == len(calls)
-    assert again.summary["rows_written"] == 50
+    assert again.summary.counters["rows_written"] == 50
 
 
 def test_stats_and_summary_file(tmp_path):
@@ -113,12 +113,12 @@ def test_stats_and_summary_file(tmp_path):
     assert [s.kind for s in stats.stages] == ["write", "finalize"]
     assert stats.stages[0].shards == 5 and stats.stages[0].rows == 23
     summary = stats.summary
-    assert summary["rows_written"] == 23 and summary["rows_read"] == 23
-    assert summary["shards"] == 5 and summary["files_written"] == 5
+    assert summary.counters["rows_written"] == 23 and summary.counters["rows_read"] == 23
+    assert summary.shards == 5 and summary.counters["files_written"] == 5
     files = data_files(out)
-    assert sorted(summary["files"]) == sorted(p.name for p in files)
-    assert summary["bytes_written"] == sum(p.stat().st_size for p in files)
-    assert summary["rejected_attempts_removed"] == 0 and summary["files_removed"] == 0
+    assert sorted(summary.files) == sorted(p.name for p in files)
+    assert summary.counters["bytes_written"] == sum(p.stat().st_size for p in files)
+    assert summary.rejected_attempts_removed == 0 and summary.files_removed == 0
     on_disk = json.loads((out / "_refiner" / "summary.json").read_text())
     assert on_disk["rows_written"] == 23 and on_disk["run_id"] == stats.run_id
 
@@ -142,7 +142,7 @@ def test_then_appends_a_pipeline_and_a_sequence(tmp_path):
     assert sequence.output == str(first)
     stats = sequence.launch_local(num_workers=2)
     assert [s.kind for s in stats.stages] == ["write", "finalize", "write", "finalize", "run"]
-    assert stats.summary["output"] == str(second) and stats.summary["rows_written"] == 12
+    assert stats.summary.output == str(second) and stats.summary.counters["rows_written"] == 12
     jsonl_rows = mdr.read_jsonl(str(second)).materialize()
     assert sorted(r.neg for r in jsonl_rows) == sorted(-i * i for i in range(12))
     assert sorted(int(tag) for _, tag in log.events("after")) == list(range(12))
@@ -166,7 +166,7 @@ def test_pipeline_launch_local_without_writer(tmp_path):
 def test_no_workers_for_empty_plan(tmp_path):
     out = tmp_path / "out"
     stats = mdr.from_items([]).write_parquet(str(out)).launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 0 and stats.summary["shards"] == 0
+    assert stats.summary.counters["rows_written"] == 0 and stats.summary.shards == 0
     assert data_files(out) == []
 
 
@@ -296,7 +296,7 @@ def test_every_worker_is_reaped_before_launch_returns_even_one_slow_to_exit(tmp_
         .write_parquet(str(tmp_path / "out"))
         .launch_local(num_workers=2)
     )
-    assert stats.summary["rows_written"] == 4
+    assert stats.summary.counters["rows_written"] == 4
     assert multiprocessing.active_children() == []
     assert time.monotonic() - started < 20
 

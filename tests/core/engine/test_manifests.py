@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 import refiner_core as mdr
-from refiner_core.manifests import (
-    FORMAT_VERSION,
-    MANIFEST_DIR,
-    SUMMARY_PATH,
-    AttemptManifest,
-    DatasetSummary,
-)
+from refiner_core.manifests import AttemptManifest, DatasetSummary
+from refiner_core.manifests._attempts import MANIFEST_DIR, SUMMARY_PATH
+from refiner_core.manifests.values import FORMAT_VERSION
 
 
 def _written(tmp_path: Path, rows: int = 6) -> tuple[Path, mdr.PipelineSequence, mdr.LaunchStats]:
@@ -38,11 +35,11 @@ def test_persisted_manifests_and_summary_carry_the_format_version(tmp_path):
         assert manifest.counters["rows_written"] == 2
     persisted = json.loads((out / SUMMARY_PATH).read_text())
     assert persisted["format_version"] == FORMAT_VERSION
-    # the returned summary is typed, and reads like the JSON it persisted
+    # the returned summary is typed, and its JSON form is what it persisted
     assert isinstance(stats.summary, DatasetSummary)
-    assert stats.summary.rows_written == stats.summary["rows_written"] == 6
+    assert stats.summary.rows_written == stats.summary.counters["rows_written"] == 6
     assert stats.summary.shards == 3
-    assert dict(stats.summary) == persisted
+    assert stats.summary.to_json() == persisted
     assert DatasetSummary.from_json(persisted, where="summary.json") == stats.summary
 
 
@@ -119,3 +116,28 @@ def test_accessors_explain_a_sequence_without_a_write(tmp_path):
         _ = plain.write_stage
     with pytest.raises(ValueError, match="not a write"):
         plain.finalize("0123456789ab")
+
+
+def test_the_summary_is_a_plain_value_read_by_attribute(tmp_path):
+    _, _, stats = _written(tmp_path)
+    summary = stats.summary
+    assert isinstance(summary, mdr.DatasetSummary)
+    assert not isinstance(summary, Mapping)
+    with pytest.raises(TypeError):
+        summary["rows_written"]  # noqa: B018
+    assert summary.rows_written == summary.counters["rows_written"] == 6
+    assert summary.totals["shards"] == summary.shards == 3
+
+
+def test_a_summary_written_by_the_first_release_still_reads(tmp_path):
+    """The first summaries had no format_version and named asset_mode by the config class."""
+    (tmp_path / "_refiner").mkdir()
+    old = Path(__file__).with_name("old_summary.json").read_text()
+    (tmp_path / SUMMARY_PATH).write_text(old)
+    summary = DatasetSummary.read(mdr.DataFolder(str(tmp_path)))
+    assert summary.asset_mode == "files" and summary.missing_policy == "set_null"
+    assert summary.rows_written == 40 and summary.counters["missing_assets"] == 1
+    assert summary.shards == 2 and summary.rejected_attempts_removed == 1
+    assert summary.files == ("00000__0123456789ab.parquet", "00001__89abcdef0123.parquet")
+    assert summary.open_uploads == () and summary.commit == {}
+    assert DatasetSummary.from_json(summary.to_json(), where="again") == summary

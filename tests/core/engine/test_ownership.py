@@ -163,7 +163,7 @@ def test_launch_local_holds_the_folder_and_a_concurrent_launch_fails_fast(tmp_pa
     message = (tmp_path / "busy.txt").read_text()
     assert f"{os.path.abspath(out)} is being written by run {stats.run_id}" in message
     assert sorted(r["i"] for r in mdr.read_parquet(out).iter_rows()) == list(range(10))
-    assert stats.summary["rows_written"] == 10
+    assert stats.summary.counters["rows_written"] == 10
     record = current_owner(DataFolder(out))
     assert record.run_id == stats.run_id and record.released_at is not None
 
@@ -179,7 +179,7 @@ def test_a_finalization_does_not_run_while_another_launch_owns_the_folder(tmp_pa
         sequence.stages[1].run(run_id=stats.run_id)
     assert sorted(os.listdir(out)) == before
     holder.release()
-    assert sequence.stages[1].run(run_id=stats.run_id)["rows_written"] == 4
+    assert sequence.stages[1].run(run_id=stats.run_id).rows_written == 4
 
 
 def test_a_heartbeat_written_after_a_takeover_is_taken_back(tmp_path):

@@ -71,7 +71,7 @@ def test_resume_skips_only_for_the_same_pipeline_and_fresh_rewrites_everything(t
     fresh = other.write_parquet(out).launch_local(rundir=rundir, fresh=True)
     assert fresh.run_id != stats.run_id and fresh.stages[0].shards_skipped == 0
     assert sorted(r["i"] for r in read_output_rows(tmp_path / "out")) == list(range(10, 16))
-    assert fresh.summary["rows_written"] == 6
+    assert fresh.summary.counters["rows_written"] == 6
     # the fresh run is now the run dir's pipeline
     assert other.write_parquet(out).launch_local(rundir=rundir).stages[0].shards_skipped == 3
     assert all(pq.read_table(p).num_rows == 2 for p in (tmp_path / "out").glob("*.parquet"))

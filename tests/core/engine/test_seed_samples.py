@@ -253,7 +253,7 @@ def test_samples_chained_under_launch_local(tmp_path):
 
     out = tmp_path / "out"
     stats = pipeline.write_parquet(str(out)).launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 7
+    assert stats.summary.counters["rows_written"] == 7
     rows = sorted(read_output_rows(out), key=lambda r: r["episode"])
     assert [r["label"] for r in rows] == ["articulate", "grasp"] * 3 + ["articulate"]
     assert [r["batch_rank"] for r in rows] == [0, 1, 2, 0, 1, 2, 0]

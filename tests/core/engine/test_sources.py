@@ -168,7 +168,7 @@ def test_read_jsonl_tiny_ranges_and_many_files(tmp_path):
     # the same, spread over worker processes and written out
     out = tmp_path / "out"
     stats = pipeline.write_parquet(str(out)).launch_local(num_workers=2)
-    assert stats.summary["rows_written"] == 45
+    assert stats.summary.counters["rows_written"] == 45
     back = mdr.read_parquet(str(out)).materialize()
     assert sorted((r.file, r.i) for r in back) == [(k, i) for k in range(3) for i in range(15)]
 

@@ -81,7 +81,7 @@ def test_a_sequence_round_trips_through_cloudpickle_and_runs_elsewhere(tmp_path)
     code = (
         "import sys, cloudpickle\n"
         "sequence = cloudpickle.loads(sys.stdin.buffer.read())\n"
-        "print(sequence.launch_local(num_workers=2).summary['rows_written'])\n"
+        "print(sequence.launch_local(num_workers=2).summary.rows_written)\n"
     )
     assert run_in_fresh_python(cloudpickle.dumps(sequence), code, cwd=tmp_path).strip() == "26"
     rows = sorted(
@@ -182,7 +182,7 @@ def test_a_pipeline_that_cannot_be_pickled_fails_before_any_worker_starts(tmp_pa
         sequence.launch_local(start_method="spawn")
     assert not data_files(out)
     # fork does not pickle: the same pipeline runs
-    assert sequence.launch_local(start_method="fork").summary["rows_written"] == 1
+    assert sequence.launch_local(start_method="fork").summary.counters["rows_written"] == 1
 
 
 def test_start_method_is_checked_and_fork_stays_the_default():

@@ -25,17 +25,17 @@ def test_finalization_is_idempotent(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
     seq = mdr.from_items(rows(9), items_per_shard=3).write_lance(out)
     stats = seq.launch_local(num_workers=2)
-    assert stats.summary["commit"]["already_committed"] is False
+    assert stats.summary.commit["already_committed"] is False
     finalize = seq.stages[-1]
 
     again = finalize.run(run_id=stats.run_id)
-    assert again["commit"]["already_committed"] is True
-    assert again["commit"]["version"] == 1 and again["rows_written"] == 9
+    assert again.commit["already_committed"] is True
+    assert again.commit["version"] == 1 and again.counters["rows_written"] == 9
     # A crash after the commit but before its record: the history still shows the run.
     marker = Path(out) / "_refiner" / "lance" / "commits" / f"{stats.run_id}.json"
     marker.unlink()
     again = finalize.run(run_id=stats.run_id)
-    assert again["commit"]["already_committed"] is True and again["commit"]["version"] == 1
+    assert again.commit["already_committed"] is True and again.commit["version"] == 1
     assert json.loads(marker.read_text())["version"] == 1
     assert facts(out)["versions"] == [1] and facts(out)["rows"] == 9
 
@@ -48,7 +48,7 @@ def test_append_finalization_rerun_does_not_append_twice(tmp_path: Path) -> None
     (Path(out) / "_refiner" / "lance" / "commits" / f"{stats.run_id}.json").unlink()
     for _ in range(2):
         summary = seq.stages[-1].run(run_id=stats.run_id)
-        assert summary["commit"]["version"] == 2
+        assert summary.commit["version"] == 2
     assert facts(out)["versions"] == [1, 2] and facts(out)["rows"] == 7
 
 
@@ -69,7 +69,7 @@ def test_rejected_attempts_are_removed(tmp_path: Path) -> None:
     assert all((Path(out) / f).exists() for f in (*loser.files, *loser.asset_dirs))
 
     summary = seq.stages[-1].run(run_id="run000000001")
-    assert summary["rejected_attempts_removed"] == 1 and summary["rows_written"] == 4
+    assert summary.rejected_attempts_removed == 1 and summary.counters["rows_written"] == 4
     assert not any((Path(out) / f).exists() for f in (*loser.files, *loser.asset_dirs))
     kept = {m.attempt_id for m in first}
     assert {m["attempt_id"] for m in manifests(out)} == kept
@@ -129,7 +129,7 @@ def test_crashed_attempt_never_reaches_the_dataset(tmp_path: Path) -> None:
     assert (Path(out) / crashed["asset_dir"]).exists()
 
     stats = seq.launch_local(num_workers=1, rundir=rundir)  # the same run, resumed
-    assert stats.summary["rows_written"] == 40
+    assert stats.summary.counters["rows_written"] == 40
     committed = facts(out)
     assert committed["rows"] == 40 and committed["versions"] == [1]
     assert not set(crashed["data_files"]) & set(committed["data_files"])
@@ -174,7 +174,7 @@ def test_concurrent_commit_one_wins(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
     first, second, losing = _two_pending_appends(out, existing=5)
 
-    assert first.stages[-1].run(run_id="runaaaaaaaaa")["commit"]["version"] == 2
+    assert first.stages[-1].run(run_id="runaaaaaaaaa").commit["version"] == 2
     with pytest.raises(LanceCommitConflict) as caught:
         second.stages[-1].run(run_id="runbbbbbbbbb")
     message = str(caught.value)
@@ -197,7 +197,7 @@ def test_simultaneous_commits_one_wins(tmp_path: Path) -> None:
     def finalize(seq, run_id):
         start.wait()
         try:
-            outcomes[run_id] = seq.stages[-1].run(run_id=run_id)["commit"]["version"]
+            outcomes[run_id] = seq.stages[-1].run(run_id=run_id).commit["version"]
         except LanceCommitConflict as exc:
             outcomes[run_id] = exc
 
@@ -249,7 +249,7 @@ def test_a_claimed_version_stops_other_runs(tmp_path: Path) -> None:
     assert facts(out)["versions"] == [1]
     # A claim whose finalization died long ago is taken over.
     _claim(out, 2, "runcccccccccc", time.time() - 3600)
-    assert second.stages[-1].run(run_id="runbbbbbbbbb")["commit"]["version"] == 2
+    assert second.stages[-1].run(run_id="runbbbbbbbbb").commit["version"] == 2
     assert not claim.exists()
     assert facts(out)["rows"] == 5
 
@@ -262,4 +262,4 @@ def test_commit_through_another_process(tmp_path: Path) -> None:
     fresh = mdr.from_items(rows(6), items_per_shard=3).write_lance(out)  # a new sink object
     fresh.stages[0].run_task(shards, run_id="runaaaaaaaaa")
     summary = mdr.from_items([]).write_lance(out).stages[-1].run(run_id="runaaaaaaaaa")
-    assert summary["commit"]["version"] == 1 and facts(out)["rows"] == 6
+    assert summary.commit["version"] == 1 and facts(out)["rows"] == 6

@@ -131,7 +131,7 @@ def test_default_start_method_is_spawn_once_lance_ran_in_the_launching_process(
         except TypeError as exc:
             print("default-raises", "start_method='spawn'" in str(exc))
         done = locked.write_parquet(out + ".fork").launch_local(start_method="fork")
-        print("fork-rows", done.summary["rows_written"])
+        print("fork-rows", done.summary.counters["rows_written"])
         """
     )
     assert words == [

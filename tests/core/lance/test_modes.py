@@ -29,13 +29,13 @@ def test_append_and_overwrite(tmp_path: Path) -> None:
     out = str(tmp_path / "ds.lance")
     write(out, items(0, 6))
     stats = write(out, items(6, 5), mode="append")
-    assert stats.summary["commit"]["read_version"] == 1
-    assert stats.summary["commit"]["version"] == 2
+    assert stats.summary.commit["read_version"] == 1
+    assert stats.summary.commit["version"] == 2
     assert sorted(table(out).column("id").to_pylist()) == list(range(11))
     assert table(out, version=1).num_rows == 6  # older versions stay readable
 
     stats = write(out, items(100, 3), mode="overwrite")
-    assert stats.summary["commit"]["version"] == 3
+    assert stats.summary.commit["version"] == 3
     assert sorted(table(out).column("id").to_pylist()) == [100, 101, 102]
     assert table(out, version=2).num_rows == 11
     history = facts(out)
@@ -56,7 +56,7 @@ def test_overwrite_and_append_create_a_missing_dataset(tmp_path: Path) -> None:
     for mode in ("overwrite", "append"):
         out = str(tmp_path / f"{mode}.lance")
         stats = write(out, items(0, 5), mode=mode)
-        assert stats.summary["commit"]["read_version"] is None
+        assert stats.summary.commit["read_version"] is None
         assert facts(out)["version"] == 1 and facts(out)["rows"] == 5
 
 
@@ -133,7 +133,7 @@ def test_empty_append_commits_nothing(tmp_path: Path) -> None:
     stats = (
         mdr.from_items(items(0, 3)).filter(lambda r: False).write_lance(out, mode="append")
     ).launch_local()
-    assert stats.summary["commit"]["version"] == 1 and stats.summary["commit"]["rows"] == 0
+    assert stats.summary.commit["version"] == 1 and stats.summary.commit["rows"] == 0
     assert facts(out)["versions"] == [1]
 
 

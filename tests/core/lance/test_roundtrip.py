@@ -28,12 +28,12 @@ def test_round_trip_values_and_dtypes(tmp_path: Path) -> None:
         .write_lance(out)
         .launch_local(num_workers=2)
     )
-    assert stats.summary["rows_written"] == 25
-    assert stats.summary["commit"]["version"] == 1
+    assert stats.summary.counters["rows_written"] == 25
+    assert stats.summary.commit["version"] == 1
     written = facts(out)
     assert written["rows"] == 25 and written["fragments"] == 3
     assert written["data_files"] == data_files(out)  # nothing uncommitted left behind
-    assert sorted(stats.summary["files"]) == written["data_files"]
+    assert sorted(stats.summary.files) == written["data_files"]
     assert journals(out) == []
 
     pipeline = mdr.read_lance(out)
@@ -55,9 +55,9 @@ def test_blob_assets_round_trip(tmp_path: Path) -> None:
         .write_lance(out, assets=mdr.BlobAssetConfig(target_bytes=300))
         .launch_local(num_workers=2)
     )
-    assert stats.summary["assets_written"] == 12
-    assert stats.summary["blocks_written"] == 7
-    assert stats.summary["commit"]["rows"] == 12
+    assert stats.summary.counters["assets_written"] == 12
+    assert stats.summary.counters["blocks_written"] == 7
+    assert stats.summary.commit["rows"] == 12
 
     pipeline = mdr.read_lance(out)
     rows = pipeline.materialize()
@@ -73,7 +73,7 @@ def test_blob_assets_round_trip(tmp_path: Path) -> None:
         assert mdr.read_blob(ref) == payload(row.episode)
     # The blocks live in the attempt folders the manifests name.
     blocks = {Path(r.image["path"]).parent.parent.name for r in rows}
-    assert {Path(d).name for d in stats.summary["asset_dirs"]} == blocks
+    assert {Path(d).name for d in stats.summary.asset_dirs} == blocks
 
 
 def test_file_assets_round_trip(tmp_path: Path) -> None:

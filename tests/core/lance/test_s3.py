@@ -50,7 +50,7 @@ def test_s3_round_trip_with_blobs(
         out, assets=mdr.BlobAssetConfig(target_bytes=400), storage_options=s3_storage_options
     )
     stats = seq.launch_local(num_workers=2)
-    assert stats.summary["commit"]["version"] == 1
+    assert stats.summary.commit["version"] == 1
     lance_options = lance_storage_options(s3_storage_options)
     written = facts(out, options=lance_options)
     assert written["rows"] == 10
@@ -76,5 +76,5 @@ def test_s3_create_over_existing_and_append(
     with pytest.raises(ValueError, match=f"already exists at {out} \\(version 1\\)"):
         write(out, storage_options=s3_storage_options).launch_local()
     stats = write(out, mode="append", storage_options=s3_storage_options).launch_local()
-    assert stats.summary["commit"]["version"] == 2
+    assert stats.summary.commit["version"] == 2
     assert len(mdr.read_lance(out, storage_options=s3_storage_options).materialize()) == 4

@@ -46,9 +46,9 @@ def test_blob_packing_to_s3_round_trip(tmp_path, s3_server, s3_bucket, s3_storag
         out, assets=mdr.BlobAssetConfig(target_bytes=10_000), storage_options=s3_storage_options
     ).launch_local(num_workers=2)
     summary = stats.summary
-    assert summary["rows_written"] == 12
-    assert summary["assets_written"] == 12
-    assert summary["blocks_written"] == 5
+    assert summary.counters["rows_written"] == 12
+    assert summary.counters["assets_written"] == 12
+    assert summary.counters["blocks_written"] == 5
     rows = sorted(
         mdr.read_parquet(out, storage_options=s3_storage_options).materialize(),
         key=lambda r: r.episode,
@@ -79,7 +79,7 @@ def test_file_mode_copies_s3_to_s3_server_side_and_concurrently(
         assets=mdr.FileAssetConfig(max_in_flight=6),
         storage_options=options,
     ).launch_local()
-    assert stats.summary["assets_written"] == 24
+    assert stats.summary.counters["assets_written"] == 24
     copies = s3_proxy.records("CopyObject")
     assert len(copies) == 24
     assert not [r for r in s3_proxy.records("PutObject") if "/out/assets/" in r.path]
@@ -140,7 +140,10 @@ def test_missing_s3_object_is_a_missing_asset(
     stats = pipeline.write_parquet(
         out, assets=config(missing_policy="set_null"), storage_options=s3_storage_options
     ).launch_local()
-    assert (stats.summary["missing_assets"], stats.summary["cells_nulled"]) == (1, 1)
+    assert (stats.summary.counters["missing_assets"], stats.summary.counters["cells_nulled"]) == (
+        1,
+        1,
+    )
     rows = sorted(
         mdr.read_parquet(out, storage_options=s3_storage_options).materialize(), key=lambda r: r.i
     )
@@ -151,7 +154,10 @@ def test_missing_s3_object_is_a_missing_asset(
         assets=config(missing_policy="drop_row"),
         storage_options=s3_storage_options,
     ).launch_local()
-    assert (stats.summary["rows_dropped"], stats.summary["rows_written"]) == (1, 2)
+    assert (stats.summary.counters["rows_dropped"], stats.summary.counters["rows_written"]) == (
+        1,
+        2,
+    )
 
     with pytest.raises(mdr.StageFailed, match="not-there.mp4") as failure:
         pipeline.write_parquet(
@@ -187,8 +193,8 @@ def test_coalesced_repack_on_s3_copies_whole_blocks_server_side_and_concurrently
         .launch_local()
         .summary
     )
-    assert summary["blobs_coalesced"] == 12
-    assert summary["ranges_copied"] == 0
+    assert summary.counters["blobs_coalesced"] == 12
+    assert summary.counters["ranges_copied"] == 0
     copies = [r for r in s3_proxy.records("CopyObject") if "/repacked/assets/" in r.path]
     assert len(copies) == 12
     assert 2 <= max_in_flight(copies, "CopyObject") <= 4
@@ -219,7 +225,7 @@ def test_large_blob_ranges_on_s3_are_streamed_without_reading_past_them(
         .launch_local()
         .summary
     )
-    assert summary["ranges_copied"] == 3
+    assert summary.counters["ranges_copied"] == 3
     reads = [r for r in s3_proxy.records("GetObject") if r.path.endswith("/block.bin")]
     fetched = sum(r.response_bytes for r in reads)
     wanted = sum(s for _, s in spans)
@@ -249,7 +255,7 @@ def test_assets_on_s3_are_read_with_source_storage_options_into_a_local_output(
         .launch_local()
         .summary
     )
-    assert summary["assets_written"] == 5
+    assert summary.counters["assets_written"] == 5
     rows = sorted(mdr.read_parquet(str(out)).materialize(), key=lambda r: r.i)
     if config is mdr.FileAssetConfig:
         got = [Path(r.video).read_bytes() for r in rows]

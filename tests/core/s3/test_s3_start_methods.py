@@ -38,7 +38,7 @@ def test_s3_index_and_media_packed_to_s3_by_fresh_workers(
     stats = pipeline.write_parquet(
         out, assets=mdr.BlobAssetConfig(), storage_options=s3_storage_options
     ).launch_local(num_workers=2, start_method=start_method)
-    assert stats.stages[0].shards == 8 and stats.summary["assets_written"] == 10
+    assert stats.stages[0].shards == 8 and stats.summary.counters["assets_written"] == 10
     rows = mdr.read_parquet(out, storage_options=s3_storage_options).materialize()
     assert sorted(r.i for r in rows) == list(range(10))
     assert len({r.pid for r in rows}) == 2
