@@ -38,7 +38,7 @@ def test_a_launch_without_a_rundir_keeps_its_progress_in_memory(tmp_path, monkey
     )
     assert seen.read_text() == ""  # the second shard ran after the first was recorded
     assert stats.rundir is None and stats.stages[0].shards == 2
-    assert stats.summary["rows_written"] == 4
+    assert stats.summary.counters["rows_written"] == 4
     assert sorted(r["i"] for r in read_output_rows(tmp_path / "out")) == [0, 1, 2, 3]
 
 
