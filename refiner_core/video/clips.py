@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from .clip_ref import TIME_TOLERANCE_S, ClipRef, parse_clip
-from .container import open_video, seconds, seek_before
+from .container import open_video, seconds, seek_before, seek_clip
 
 
 class ClipNotOnKeyframe(ValueError):
@@ -40,7 +40,7 @@ def read_clip(
 
 def _packets_in(clip: ClipRef, container: Any, stream: Any) -> list[Any]:
     """The packets (decode order) whose frames fall in ``clip``, from the keyframe before it."""
-    seek_before(container, stream, clip.from_timestamp)
+    seek_clip(container, stream, clip)
     tb = stream.time_base
     chosen = []
     for packet in container.demux(stream):
@@ -95,7 +95,7 @@ def _keyframe_before(container: Any, stream: Any, at: float) -> float:
 def _reencode(clip: ClipRef, container: Any, stream: Any) -> bytes:
     import av
 
-    seek_before(container, stream, clip.from_timestamp)
+    seek_clip(container, stream, clip)
     rate = stream.average_rate or stream.guessed_rate or Fraction(30)
     buffer = io.BytesIO()
     count = 0

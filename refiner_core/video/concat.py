@@ -19,7 +19,7 @@ import numpy as np
 
 from .clip_ref import ClipRef
 from .clips import ClipNotOnKeyframe, _packets_in
-from .container import open_video, seek_before
+from .container import open_video, seek_clip
 
 # At most this many decoded frames of a clip are sampled for its image statistics, scaled
 # down to about this many pixels on their longer side.
@@ -145,7 +145,7 @@ class EncodedFile(_File):
         begin = self._frames
         sampler = _Sampler(round((clip.to_timestamp - clip.from_timestamp) * self.fps))
         with open_video(clip.path, storage_options) as (container, stream):
-            seek_before(container, stream, clip.from_timestamp)
+            seek_clip(container, stream, clip)
             for frame in container.decode(stream):
                 if frame.pts is None:
                     continue

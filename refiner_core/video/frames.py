@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .clip_ref import TIME_TOLERANCE_S, parse_clip
-from .container import open_video, seconds, seek_before
+from .container import open_video, seconds, seek_clip
 
 
 def read_frames(
@@ -21,7 +21,7 @@ def read_frames(
     """
     clip = parse_clip(ref)
     with open_video(clip.path, storage_options) as (container, stream):
-        seek_before(container, stream, clip.from_timestamp)
+        seek_clip(container, stream, clip)
         for frame in container.decode(stream):
             if frame.pts is None:
                 continue
