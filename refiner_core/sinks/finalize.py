@@ -124,6 +124,8 @@ class FinalizeStage:
         fence = Fence(folder, lease)
         fence.check()
         commit_info = self.sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
+        # a sink that names its files only when it commits them (LeRobot) lists them here
+        commit_files = list(commit_info.pop("files", ()))
 
         fence.check()
         empty_files = write_empty_result(self.sink, committed)
@@ -138,7 +140,11 @@ class FinalizeStage:
             run_id=run_id,
             shards=len(committed),
             counters=totals,
-            files=tuple(sorted([*(f for m in committed.values() for f in m.files), *empty_files])),
+            files=tuple(
+                sorted(
+                    [*(f for m in committed.values() for f in m.files), *empty_files, *commit_files]
+                )
+            ),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=self.sink.assets.subdir if self.sink.assets else None,
             asset_mode=self.sink.assets.form if self.sink.assets else None,

@@ -94,6 +94,11 @@ def commit_dataset(sink: Any, committed: list[AttemptManifest]) -> dict[str, Any
     return {"episodes": len(episodes), "frames": first_frame, "tasks": len(tasks)}
 
 
+def dataset_files(folder: Any) -> list[str]:
+    """Every file of the dataset under ``folder``: ``meta/``, ``data/`` and ``videos/``."""
+    return sorted(f for top in ("meta", "data", "videos") for f in folder.find(top))
+
+
 def _cameras(staged: list[dict[str, Any]], where: str) -> dict[str, dict[str, Any]]:
     """Each camera's video info; every attempt must agree on the cameras and their size."""
     cameras: dict[str, dict[str, Any]] = {}

@@ -10,7 +10,7 @@ from ..fence import Fence
 from ..files import FolderSink
 from ..finalize import FinalizeStage
 from .attempt import STAGE_DIR, LeRobotAttemptWriter
-from .commit import INFO_PATH, commit_dataset
+from .commit import INFO_PATH, commit_dataset, dataset_files
 
 
 class LeRobotSink(FolderSink):
@@ -77,9 +77,10 @@ class LeRobotSink(FolderSink):
         return [LeRobotFinalizeStage(self)]
 
     def commit(self, committed: list[Any], run_id: str) -> dict[str, Any]:
-        if self.folder.exists(INFO_PATH):  # committed by an earlier finalization of this run
-            return {}
-        return commit_dataset(self, committed)
+        """Commit the kept attempts (once: a later finalization finds ``meta/info.json``);
+        ``files`` lists every file of the dataset, for the summary."""
+        totals = {} if self.folder.exists(INFO_PATH) else commit_dataset(self, committed)
+        return {**totals, "files": dataset_files(self.folder)}
 
 
 def _check_above_zero(name: str, value: Any) -> None:
