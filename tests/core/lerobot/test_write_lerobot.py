@@ -294,3 +294,21 @@ def test_writing_over_a_dataset_is_refused(source, tmp_path):
     episode_rows(source).write_lerobot(out, fps=10).launch_local()
     with pytest.raises(FileExistsError, match=r"already holds a LeRobot dataset"):
         episode_rows(source).write_lerobot(out, fps=10).launch_local()
+
+
+def test_the_summary_lists_every_file_and_counts_clips_as_engine_counters(source, tmp_path):
+    from refiner_core.cli.counters import MEANINGS
+    from refiner_core.manifests import COUNTER_KEYS
+
+    out = tmp_path / "out"
+    sequence = episode_rows(source).write_lerobot(str(out), fps=10)
+    result = sequence.launch_local()
+    on_disk = sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and "_refiner" not in p.parts
+    )
+    assert len(on_disk) == 7  # data, two videos, episodes, info, stats, tasks
+    assert list(result.summary.files) == on_disk
+    # a second finalization (nothing left to commit) lists the same files
+    assert list(sequence.stages[1].run(run_id=result.run_id).files) == on_disk
+    for key in ("frames_written", "clips_remuxed", "clips_transcoded"):
+        assert key in COUNTER_KEYS and key in MEANINGS
