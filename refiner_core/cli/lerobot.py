@@ -184,7 +184,7 @@ def first_frame_png(url: str, start: float, fps: float, options: dict[str, Any] 
     scale = min(1.0, THUMBNAIL_SIDE / max(frame.width, frame.height))
     width, height = max(1, round(frame.width * scale)), max(1, round(frame.height * scale))
     encoder = av.CodecContext.create("png", "w")
-    encoder.width, encoder.height, encoder.pix_fmt = width, height, "rgb24"  # type: ignore[attr-defined]  # the stub types a generic CodecContext
+    encoder.width, encoder.height, encoder.pix_fmt = width, height, "rgb24"
     small = frame.reformat(width=width, height=height, format="rgb24")
     return b"".join(bytes(p) for p in [*encoder.encode(small), *encoder.encode(None)])
 

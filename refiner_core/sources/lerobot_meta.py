@@ -95,8 +95,8 @@ def load_meta(
     if version == "v2.1":
         from .lerobot_v21 import v21_episodes, v21_tasks
 
-        episodes = sorted(v21_episodes(fs, base, root_url, info, keys, fps), key=lambda e: e.index)
-        return LeRobotMeta(root_url, fps, keys, tuple(episodes), v21_tasks(fs, base))
+        v21 = sorted(v21_episodes(fs, base, root_url, info, keys, fps), key=lambda e: e.index)
+        return LeRobotMeta(root_url, fps, keys, tuple(v21), v21_tasks(fs, base))
     episode_files = sorted(
         fs.glob(posixpath.join(base, "meta", "episodes", "chunk-*", "file-*.parquet"))
     )

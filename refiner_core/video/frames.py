@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .clip_ref import TIME_TOLERANCE_S, parse_clip
@@ -11,7 +11,7 @@ from .container import open_video, seconds, seek_clip
 
 def read_frames(
     ref: Any, storage_options: dict[str, Any] | None = None
-) -> Iterator[tuple[float, Any]]:
+) -> Generator[tuple[float, Any], None, None]:
     """Yield ``(timestamp, frame)`` for each frame of ``ref``'s time range, in order.
 
     ``timestamp`` is in seconds on the file's timeline (the timeline of ``from_timestamp``

@@ -159,8 +159,11 @@ def _episode_row(
         row[f"videos/{key}/file_index"] = file
         row[f"videos/{key}/from_timestamp"] = video["from"]
         row[f"videos/{key}/to_timestamp"] = video["to"]
-    stats = {name: _column_stats(frames.column(name)) for name in frames.column_names}
-    stats = {k: v for k, v in stats.items() if v is not None}
+    stats = {
+        name: found
+        for name in frames.column_names
+        if (found := _column_stats(frames.column(name))) is not None
+    }
     stats.update(meta["image_stats"])
     for feature, values in stats.items():
         for name, value in values.items():
