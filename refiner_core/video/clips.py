@@ -41,17 +41,14 @@ def read_clip(
 def _packets_in(clip: ClipRef, container: Any, stream: Any) -> list[Any]:
     """The packets (decode order) whose frames fall in ``clip``, from the keyframe before it."""
     seek_clip(container, stream, clip)
-    tb = stream.time_base
+    tb = float(stream.time_base)  # float seconds: exact enough within TIME_TOLERANCE_S
     chosen = []
     for packet in container.demux(stream):
         if packet.pts is None:
             continue
-        if (
-            packet.dts is not None
-            and seconds(packet.dts, tb) >= clip.to_timestamp - TIME_TOLERANCE_S
-        ):
+        if packet.dts is not None and packet.dts * tb >= clip.to_timestamp - TIME_TOLERANCE_S:
             break  # decode order: every later packet is shown later still
-        if clip.contains(seconds(packet.pts, tb)):
+        if clip.contains(packet.pts * tb):
             chosen.append(packet)
     return chosen
 
@@ -101,6 +98,8 @@ def _reencode(clip: ClipRef, container: Any, stream: Any) -> bytes:
     count = 0
     with av.open(buffer, mode="w", format="mp4") as output:
         out_stream = output.add_stream(_encoder_for(stream), rate=rate)
+        if not isinstance(out_stream, av.VideoStream):
+            raise RuntimeError(f"encoder {out_stream.codec_context.name} is not a video encoder")
         out_stream.width = stream.codec_context.width
         out_stream.height = stream.codec_context.height
         out_stream.pix_fmt = "yuv420p"

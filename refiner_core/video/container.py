@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
 from ..io.datafile import is_local, resolve
 from .clip_ref import ClipRef
-from .ranged import RangedReader, plan_clip
+from .ranged import MAX_READAHEAD_BYTES, RangedReader, plan_clip, plan_index
 
-# How much a local read takes at once.
-READ_BLOCK_BYTES = 256 * 1024
+# The most a read of a remote video fetches at once outside a clip's planned range.
+READ_BLOCK_BYTES = MAX_READAHEAD_BYTES
 # The reader behind each open container (by id) that reads a remote file.
 _READERS: dict[int, RangedReader] = {}
 
@@ -27,14 +28,17 @@ def open_video(url: str, storage_options: dict[str, Any] | None) -> Iterator[tup
     fs, path = resolve(url, storage_options)
     try:
         if is_local(fs):
-            handle: Any = fs.open(path, "rb", block_size=READ_BLOCK_BYTES)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(path)
+            handle: Any = None  # FFmpeg reads a local file itself, faster than through Python
         else:
             handle = RangedReader(fs, path, int(fs.size(path)))
+            plan_index(handle)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"video {url} does not exist: {exc}") from exc
     try:
         try:
-            container = av.open(handle, mode="r")
+            container = av.open(path if handle is None else handle, mode="r")
         except av.error.FFmpegError as exc:
             raise ValueError(f"cannot open video {url}: {exc}; is it a video file?") from exc
         with container:
@@ -47,7 +51,8 @@ def open_video(url: str, storage_options: dict[str, Any] | None) -> Iterator[tup
             finally:
                 _READERS.pop(id(container), None)
     finally:
-        handle.close()
+        if handle is not None:
+            handle.close()
 
 
 def seconds(pts: int, time_base: Fraction) -> float:

@@ -1,19 +1,22 @@
-"""A remote video read in byte ranges: the few bytes the demuxer asks for, and a clip's
-packets in one request.
+"""A remote video read in byte ranges: the few bytes the demuxer asks for, the index in
+one request and a clip's packets in another.
 
 Reading one episode from a shared MP4 on S3 needs three things: the box headers, the
 index (``moov``) and the episode's packets. A block cache (s3fs's default) fetches a
 whole block at every seek, most of it bytes nobody reads. :class:`RangedReader` instead
 fetches, after a seek, only :data:`FIRST_READ_BYTES`, doubling while reads continue
-sequentially (up to :data:`MAX_READAHEAD_BYTES`); and a range announced with
-:meth:`RangedReader.plan` (the clip's packets, found in the container's index by
-:func:`plan_clip`) is fetched in pieces of up to :data:`PLANNED_PIECE_BYTES`, never past
-its end. Reads return short at those boundaries; the demuxer asks again.
+sequentially (up to :data:`MAX_READAHEAD_BYTES`); and ranges announced with
+:meth:`RangedReader.plan` are fetched in pieces of up to :data:`PLANNED_PIECE_BYTES`,
+never past their end: the file's head and its ``moov`` box (found by
+:func:`plan_index` from the top-level box headers) and the clip's packets (found in the
+container's index by :func:`plan_clip`). Reads return short at those boundaries; the
+demuxer asks again.
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,6 +32,11 @@ MAX_READAHEAD_BYTES = 256 * 1024
 PLANNED_PIECE_BYTES = 16 * 1024 * 1024
 # Fetched bytes kept for reads that come back (the index, a clip re-read after probing).
 KEEP_BYTES = 64 * 1024 * 1024
+# The head of a file, fetched at once: the ``ftyp`` box and the start of the first packets,
+# which opening the file decodes to learn the stream's format.
+HEAD_BYTES = 64 * 1024
+# Top-level boxes an MP4/MOV file starts with; any other start is not walked.
+_FIRST_BOXES = {b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot"}
 
 
 @dataclass(frozen=True)
@@ -61,14 +69,15 @@ class RangedReader:
         self.requests = 0
         self._segments: deque[_Segment] = deque()
         self._kept = 0
-        self._plan: tuple[int, int] | None = None
+        self._plans: list[tuple[int, int]] = []
         self._sequential_end = -1  # where the last fetch ended
         self._ahead = FIRST_READ_BYTES
 
     def plan(self, start: int, end: int) -> None:
-        """Announce that ``[start, end)`` will be read next, so it is fetched in large
-        pieces; it replaces any earlier plan."""
-        self._plan = (max(0, start), min(self.size, end)) if end > start else None
+        """Announce that ``[start, end)`` will be read, so it is fetched in large pieces."""
+        start, end = max(0, start), min(self.size, end)
+        if end > start:
+            self._plans.append((start, end))
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
@@ -109,17 +118,18 @@ class RangedReader:
         return None
 
     def _fetch(self, position: int) -> _Segment:
-        plan = self._plan
-        if plan is not None and plan[0] <= position < plan[1]:
-            end = min(plan[1], position + PLANNED_PIECE_BYTES)
+        planned = [end for start, end in self._plans if start <= position < end]
+        if planned:
+            end = min(max(planned), position + PLANNED_PIECE_BYTES)
         else:
             if position == self._sequential_end:
                 self._ahead = min(2 * self._ahead, MAX_READAHEAD_BYTES)
             else:
                 self._ahead = FIRST_READ_BYTES
             end = position + self._ahead
-            if plan is not None and position < plan[0]:
-                end = min(end, plan[0])  # the plan's own fetch takes over there
+            for start, _ in self._plans:
+                if position < start:
+                    end = min(end, start)  # the plan's own fetch takes over there
         end = min(end, self.size)
         data = self.fs.cat_file(self.path, start=position, end=end)
         if len(data) != end - position:
@@ -136,6 +146,41 @@ class RangedReader:
         while self._kept > KEEP_BYTES and len(self._segments) > 1:
             self._kept -= len(self._segments.popleft().data)
         return segment
+
+
+def _read_exactly(reader: RangedReader, at: int, n: int) -> bytes:
+    reader.seek(at)
+    parts = []
+    while n > 0 and (part := reader.read(n)):
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
+
+
+def plan_index(reader: RangedReader) -> None:
+    """Plan the file's head and, when it is an MP4/MOV file, its ``moov`` box (the index
+    the demuxer reads whole on opening), walking the top-level box headers: a request for
+    the head and, when the index lies further on, one for its header and one for the rest."""
+    reader.plan(0, HEAD_BYTES)
+    at = 0
+    while at + 8 <= reader.size:
+        header = _read_exactly(reader, at, 16)
+        if len(header) < 8:
+            break
+        length, kind = struct.unpack(">I4s", header[:8])
+        if at == 0 and kind not in _FIRST_BOXES:
+            break  # not an MP4/MOV file: nothing more to plan
+        if length == 1 and len(header) == 16:
+            length = struct.unpack(">Q", header[8:16])[0]
+        elif length == 0:
+            length = reader.size - at
+        if length < 8:
+            break
+        if kind == b"moov":
+            reader.plan(at, at + length)
+            break
+        at += length
+    reader.seek(0)
 
 
 def plan_clip(reader: RangedReader, stream: Any, start_s: float, stop_s: float) -> None:
