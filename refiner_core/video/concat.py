@@ -25,6 +25,11 @@ from .container import open_video, seek_clip
 # down to about this many pixels on their longer side.
 MAX_SAMPLED_FRAMES = 100
 SAMPLE_SIDE = 150
+# A remuxed clip of up to this many frames is decoded whole for its statistics; a longer
+# one only at up to KEYFRAME_SAMPLES of its keyframes, evenly spread (a keyframe decodes on
+# its own), so copying its packets does not cost a full decode.
+FULL_DECODE_FRAMES = 100
+KEYFRAME_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -180,12 +185,17 @@ class EncodedFile(_File):
 
 
 def _decode(stream: Any, packets: list[Any]) -> list[np.ndarray]:
-    """A sample of the packets' frames (see :class:`_Sampler`), decoded."""
+    """A sample of the packets' frames (see :class:`_Sampler`), decoded: every frame of a
+    short clip, evenly spread keyframes of a longer one (see :data:`FULL_DECODE_FRAMES`)."""
     import av
 
     context = av.CodecContext.create(stream.codec_context.name, "r")
     if stream.codec_context.extradata:
         context.extradata = stream.codec_context.extradata
+    if len(packets) > FULL_DECODE_FRAMES:
+        keyframes = [p for p in packets if p.is_keyframe]
+        step = max(1, -(-len(keyframes) // KEYFRAME_SAMPLES))
+        packets = keyframes[::step]
     sampler = _Sampler(len(packets))
     for packet in [*packets, None]:
         for frame in context.decode(packet):
