@@ -312,3 +312,19 @@ def test_the_summary_lists_every_file_and_counts_clips_as_engine_counters(source
     assert list(sequence.stages[1].run(run_id=result.run_id).files) == on_disk
     for key in ("frames_written", "clips_remuxed", "clips_transcoded"):
         assert key in COUNTER_KEYS and key in MEANINGS
+
+
+def test_a_long_remuxed_clip_takes_its_image_statistics_from_keyframes(tmp_path):
+    # 120 frames with a keyframe every 30: the frames cycle through 15 values, and every
+    # keyframe (frames 0, 30, 60, 90) shows the first of them
+    source = write_dataset(str(tmp_path / "src"), [120], cameras=(FRONT,), gop=30)
+    out = str(tmp_path / "out")
+    result = episode_rows(source).write_lerobot(out, fps=10).launch_local()
+    assert result.summary.counters["clips_remuxed"] == 1
+    front = _json(out, "stats")[FRONT]
+    assert front["count"] == [120]
+    keyframe = pixel(0, 0) / 255
+    assert [front["min"][0][0][0], front["max"][0][0][0]] == pytest.approx(
+        [keyframe] * 2, abs=2 / 255
+    )
+    assert max(pixel(i, 0) for i in range(15)) / 255 > keyframe + 0.5  # what decoding all shows
