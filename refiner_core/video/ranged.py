@@ -29,9 +29,10 @@ FIRST_READ_BYTES = 4 * 1024
 # Reads that continue sequentially double their fetch up to this (an index, a whole file).
 MAX_READAHEAD_BYTES = 256 * 1024
 # A planned range (a clip's packets) is fetched in requests of at most this many bytes.
-PLANNED_PIECE_BYTES = 16 * 1024 * 1024
-# Fetched bytes kept for reads that come back (the index, a clip re-read after probing).
-KEEP_BYTES = 64 * 1024 * 1024
+PLANNED_PIECE_BYTES = 8 * 1024 * 1024
+# Fetched bytes kept for reads that come back (the index, a clip re-read after probing);
+# older ones are dropped, so a file read whole (verify_video) holds no more than this.
+KEEP_BYTES = 16 * 1024 * 1024
 # The head of a file, fetched at once: the ``ftyp`` box and the start of the first packets,
 # which opening the file decodes to learn the stream's format.
 HEAD_BYTES = 64 * 1024
