@@ -10,12 +10,14 @@ import re
 
 import av
 import pytest
+import s3fs
 from click.testing import CliRunner
 
 from refiner_core.cli import main
 from refiner_core.manifests import COUNTER_KEYS
 from tests.core.lerobot.layout import pixel, write_dataset
 from tests.core.lerobot.writing import episode_rows
+from tests.s3_fixtures import *  # noqa: F403
 
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"
 CAMERAS = (FRONT, WRIST)
@@ -116,3 +118,13 @@ def test_preview_shows_the_first_frame_of_every_episode_and_camera(which, reques
         assert abs(int(value) - want) <= 3, image["episode"]
     assert 'data-images-embedded="6"' in text
     assert ("clips_remuxed" in text) == (which == "written")
+
+
+def test_inspect_and_preview_read_a_dataset_on_s3(by_hand, tmp_path, s3_bucket, s3_proxy):
+    s3fs.S3FileSystem(**s3_proxy.storage_options()).put(by_hand, f"{s3_bucket}/ds", recursive=True)
+    url, location = f"s3://{s3_bucket}/ds", ["--endpoint-url", s3_proxy.endpoint_url]
+    _assert_episodes_and_cameras(_run("inspect", url, *location))
+    page = tmp_path / "preview.html"
+    _run("preview", url, "--html", str(page), *location)
+    assert len(IMAGE.findall(page.read_text())) == 6
+    assert any(r.path.endswith(".mp4") for r in s3_proxy.records("GetObject"))
