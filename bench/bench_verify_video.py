@@ -183,7 +183,10 @@ def main() -> None:
             [
                 Result(
                     workload="verify_video",
-                    case=f"{args.episodes} ep x {args.cameras} cam x {args.seconds} s @ {args.fps} fps",
+                    case=(
+                        f"{args.episodes} ep x {args.cameras} cam x {args.seconds} s @ "
+                        f"{args.fps} fps, {args.width}x{args.height}"
+                    ),
                     refiner_s=verify_m,
                     baseline="PyAV decode of every frame",
                     baseline_s=decode_m,

@@ -122,6 +122,30 @@ JOBS = (
     Job("fanout", "bench_fanout.py", ("dagster", "planning"), quick=("--rows", "200")),
     Job("planning", "bench_plan.py", ("planning",)),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
+    Job(
+        "lerobot_merge",
+        "bench_lerobot_merge.py",
+        ("lerobot_merge",),
+        quick=(
+            *("--episodes", "4", "--seconds", "2", "--width", "160", "--height", "120"),
+            "--no-lerobot",
+        ),
+        timeout_s=3600,  # LeRobot's own build of 10 episodes takes minutes
+    ),
+    Job("read_clip", "bench_read_clip.py", ("read_clip",), quick=("--size-mib", "8")),
+    Job(  # the resolution LeRobot datasets typically have
+        "verify_video",
+        "bench_verify_video.py",
+        ("verify_video",),
+        full=("--episodes", "20", "--width", "640", "--height", "480"),
+        quick=("--episodes", "2", "--seconds", "2", "--width", "320", "--height", "240"),
+    ),
+    Job(  # a small one: decoding is cheap there, so the ratio is lower
+        "verify_video_small",
+        "bench_verify_video.py",
+        ("verify_video",),
+        quick=("--episodes", "2", "--seconds", "2"),
+    ),
     Job(  # starts busy loops of its own, so only when asked for
         "busy_workers",
         "bench_busy_workers.py",

@@ -1,9 +1,11 @@
 """The ``refiner`` command: look inside an output folder or dataset version, local or S3.
 
     refiner inspect OUT                     rows, shards, attempts, asset columns, blocks, counters
+                                            (a LeRobot dataset: episodes, cameras, lengths)
     refiner verify OUT                      every reference resolves (exit 1 naming row and column);
                                             for a LeRobot dataset, its videos match its episodes
     refiner preview OUT --html report.html  a page with sampled images, block fill and counters
+                                            (a LeRobot dataset: a frame per episode and camera)
 
 ``OUT`` is a folder a writer wrote to, a Dagster dataset's version folder
 (``.../<asset>/v-<run>``), or the dataset's folder itself (its published version).
@@ -56,6 +58,27 @@ def _open(out: str, endpoint_url: str | None, options: tuple[str, ...]) -> Store
         raise click.ClickException(str(exc)) from exc
 
 
+def _lerobot(out: str, endpoint_url: str | None, options: tuple[str, ...]) -> Any:
+    """The LeRobot dataset at ``out`` (or at the Dagster version ``out`` names), else ``None``."""
+    from .lerobot import load_dataset
+    from .verify import lerobot_version
+
+    storage_options = _storage_options(endpoint_url, options) or None
+    root = out
+    if not lerobot_version(root, storage_options):
+        try:
+            stored = open_output(out, storage_options)
+        except NotAnOutput:
+            return None
+        if stored.format != "lerobot":
+            return None
+        root = stored.url
+    try:
+        return load_dataset(root, storage_options)
+    except ValueError as exc:  # meta/ that cannot be read: it names the file and the fix
+        raise click.ClickException(str(exc)) from exc
+
+
 def _location_options(command):
     command = click.option(
         "-o",
@@ -82,9 +105,16 @@ def main() -> None:
 @_location_options
 @click.option("--all", "show_all", is_flag=True, help="List every block, not the first few.")
 def inspect(out: str, endpoint_url: str | None, options: tuple[str, ...], show_all: bool) -> None:
-    """Rows, shards, attempts, asset columns, blocks with size and fill, counters, files."""
+    """Rows, shards, attempts, asset columns, blocks with size and fill, counters, files;
+    for a LeRobot dataset, its episodes, cameras and lengths."""
     from .inspection import render_inspection
 
+    dataset = _lerobot(out, endpoint_url, options)
+    if dataset is not None:
+        from .lerobot import render_lerobot
+
+        render_lerobot(dataset, output_console(), show_all=show_all)
+        return
     render_inspection(_open(out, endpoint_url, options), output_console(), show_all=show_all)
 
 
@@ -141,10 +171,17 @@ def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_fai
 def preview(
     out: str, endpoint_url: str | None, options: tuple[str, ...], html_path: str, sample: int
 ) -> None:
-    """Write an HTML page: a contact sheet of sampled images, block fill, counters."""
+    """Write an HTML page: a contact sheet of sampled images, block fill, counters; for a
+    LeRobot dataset, the first frame of each sampled episode and camera."""
     from .preview import build_preview
 
-    page = build_preview(_open(out, endpoint_url, options), sample=sample)
+    dataset = _lerobot(out, endpoint_url, options)
+    if dataset is not None:
+        from .lerobot import build_lerobot_preview
+
+        page = build_lerobot_preview(dataset, sample=sample)
+    else:
+        page = build_preview(_open(out, endpoint_url, options), sample=sample)
     temporary = f"{html_path}.tmp-{os.getpid()}"
     with open(temporary, "w", encoding="utf-8") as f:
         f.write(page.html)

@@ -32,6 +32,14 @@ MEANINGS: dict[str, str] = {
     "rows_dropped": 'rows removed because an asset was missing (missing_policy="drop_row")',
     "assets_deduplicated": "assets stored once for several cells (dedupe)",
     "bytes_deduplicated": "bytes not stored again thanks to dedupe",
+    "frames_written": "video frames written (write_lerobot: the frames of every episode)",
+    "clips_remuxed": (
+        "episode clips whose packets were copied into a shared video file, not re-encoded"
+    ),
+    "clips_transcoded": (
+        "episode clips decoded and encoded again (their codec, size, pixel format or time "
+        "base differed from the file's, or they did not start on a keyframe)"
+    ),
     "rejected_attempts_removed": "attempts of other or failed tries whose files finalization deleted",
     "files_removed": "files and folders finalization deleted with those attempts",
     "uploads_aborted": (

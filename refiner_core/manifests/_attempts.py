@@ -32,7 +32,16 @@ ASSET_COUNTER_KEYS = (
     "cells_nulled",
     "rows_dropped",
 )
-COUNTER_KEYS = ("rows_read", "rows_written", "files_written", "bytes_written", *ASSET_COUNTER_KEYS)
+# Counters of the video writers (write_lerobot).
+VIDEO_COUNTER_KEYS = ("frames_written", "clips_remuxed", "clips_transcoded")
+COUNTER_KEYS = (
+    "rows_read",
+    "rows_written",
+    "files_written",
+    "bytes_written",
+    *ASSET_COUNTER_KEYS,
+    *VIDEO_COUNTER_KEYS,
+)
 # Counters that count bytes (shown with human_bytes).
 BYTE_COUNTER_KEYS = (
     "bytes_written",

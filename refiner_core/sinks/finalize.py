@@ -105,6 +105,8 @@ class FinalizeStage:
         fence = Fence(folder, lease)
         fence.check()
         commit_info = sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
+        # a sink that names its files only when it commits them (LeRobot) lists them here
+        commit_files = list(commit_info.pop("files", ()))
 
         fence.check()
         empty_files = sink.write_empty_result(committed)
@@ -120,7 +122,11 @@ class FinalizeStage:
             run_id=run_id,
             shards=len(committed),
             counters=totals,
-            files=tuple(sorted([*(f for m in committed.values() for f in m.files), *empty_files])),
+            files=tuple(
+                sorted(
+                    [*(f for m in committed.values() for f in m.files), *empty_files, *commit_files]
+                )
+            ),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=assets.subdir if assets else None,
             asset_mode=assets.form if assets else None,

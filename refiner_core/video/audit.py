@@ -198,7 +198,7 @@ def _check_file(
         return result
     except ValueError as exc:
         if not overrun:
-            check = "truncated" if _is_eof(exc.__cause__) else "unreadable"
+            check: Check = "truncated" if _is_eof(exc.__cause__) else "unreadable"
             fail(check, f"{size:,} bytes that do not open as a video ({exc.__cause__ or exc})")
         return result
     for clip in clips:
@@ -314,7 +314,7 @@ def _check_end(
     except av.error.FFmpegError as exc:
         fail("truncated", f"the last frames do not decode: {exc}")
         return decoded
-    if last != packets.last_pts:
+    if packets.last_pts is not None and last != packets.last_pts:
         tb = stream.time_base
         shown = "none" if last is None else f"{seconds(last, tb):.3f}s"
         fail(

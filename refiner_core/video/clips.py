@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import RefinerError
 from .clip_ref import TIME_TOLERANCE_S, ClipRef, parse_clip
-from .container import open_video, seconds, seek_before
+from .container import open_video, seconds, seek_before, seek_clip
 
 
 class ClipNotOnKeyframe(RefinerError, ValueError):
@@ -41,18 +41,15 @@ def read_clip(
 
 def _packets_in(clip: ClipRef, container: Any, stream: Any) -> list[Any]:
     """The packets (decode order) whose frames fall in ``clip``, from the keyframe before it."""
-    seek_before(container, stream, clip.from_timestamp)
-    tb = stream.time_base
+    seek_clip(container, stream, clip)
+    tb = float(stream.time_base)  # float seconds: exact enough within TIME_TOLERANCE_S
     chosen = []
     for packet in container.demux(stream):
         if packet.pts is None:
             continue
-        if (
-            packet.dts is not None
-            and seconds(packet.dts, tb) >= clip.to_timestamp - TIME_TOLERANCE_S
-        ):
+        if packet.dts is not None and packet.dts * tb >= clip.to_timestamp - TIME_TOLERANCE_S:
             break  # decode order: every later packet is shown later still
-        if clip.contains(seconds(packet.pts, tb)):
+        if clip.contains(packet.pts * tb):
             chosen.append(packet)
     return chosen
 
@@ -96,12 +93,14 @@ def _keyframe_before(container: Any, stream: Any, at: float) -> float:
 def _reencode(clip: ClipRef, container: Any, stream: Any) -> bytes:
     import av
 
-    seek_before(container, stream, clip.from_timestamp)
+    seek_clip(container, stream, clip)
     rate = stream.average_rate or stream.guessed_rate or Fraction(30)
     buffer = io.BytesIO()
     count = 0
     with av.open(buffer, mode="w", format="mp4") as output:
         out_stream = output.add_stream(_encoder_for(stream), rate=rate)
+        if not isinstance(out_stream, av.VideoStream):
+            raise RuntimeError(f"encoder {out_stream.codec_context.name} is not a video encoder")
         out_stream.width = stream.codec_context.width
         out_stream.height = stream.codec_context.height
         out_stream.pix_fmt = "yuv420p"

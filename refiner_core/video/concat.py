@@ -20,12 +20,17 @@ import numpy as np
 from ..errors import RefinerError
 from .clip_ref import ClipRef
 from .clips import ClipNotOnKeyframe, _packets_in
-from .container import open_video, seek_before
+from .container import open_video, seek_clip
 
 # At most this many decoded frames of a clip are sampled for its image statistics, scaled
 # down to about this many pixels on their longer side.
 MAX_SAMPLED_FRAMES = 100
 SAMPLE_SIDE = 150
+# A remuxed clip of up to this many frames is decoded whole for its statistics; a longer
+# one only at up to KEYFRAME_SAMPLES of its keyframes, evenly spread (a keyframe decodes on
+# its own), so copying its packets does not cost a full decode.
+FULL_DECODE_FRAMES = 100
+KEYFRAME_SAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ class EncodedFile(_File):
         begin = self._frames
         sampler = _Sampler(round((clip.to_timestamp - clip.from_timestamp) * self.fps))
         with open_video(clip.path, storage_options) as (container, stream):
-            seek_before(container, stream, clip.from_timestamp)
+            seek_clip(container, stream, clip)
             for frame in container.decode(stream):
                 if frame.pts is None:
                     continue
@@ -181,12 +186,17 @@ class EncodedFile(_File):
 
 
 def _decode(stream: Any, packets: list[Any]) -> list[np.ndarray]:
-    """A sample of the packets' frames (see :class:`_Sampler`), decoded."""
+    """A sample of the packets' frames (see :class:`_Sampler`), decoded: every frame of a
+    short clip, evenly spread keyframes of a longer one (see :data:`FULL_DECODE_FRAMES`)."""
     import av
 
     context = av.CodecContext.create(stream.codec_context.name, "r")
     if stream.codec_context.extradata:
         context.extradata = stream.codec_context.extradata
+    if len(packets) > FULL_DECODE_FRAMES:
+        keyframes = [p for p in packets if p.is_keyframe]
+        step = max(1, -(-len(keyframes) // KEYFRAME_SAMPLES))
+        packets = keyframes[::step]
     sampler = _Sampler(len(packets))
     for packet in [*packets, None]:
         for frame in context.decode(packet):

@@ -3,37 +3,56 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
-from ..io.datafile import resolve
+from ..io.datafile import is_local, resolve
+from .clip_ref import ClipRef
+from .ranged import MAX_READAHEAD_BYTES, RangedReader, plan_clip, plan_index
 
-# How much a remote read fetches at once: a clip is read in requests of about this size,
-# not as the whole file (s3fs's default block is 50 MiB).
-READ_BLOCK_BYTES = 256 * 1024
+# The most a read of a remote video fetches at once outside a clip's planned range.
+READ_BLOCK_BYTES = MAX_READAHEAD_BYTES
+# The reader behind each open container (by id) that reads a remote file.
+_READERS: dict[int, RangedReader] = {}
 
 
 @contextlib.contextmanager
 def open_video(url: str, storage_options: dict[str, Any] | None) -> Iterator[tuple[Any, Any]]:
-    """``(container, video stream)`` of the video at ``url``, read through a seekable fsspec
-    file; ``FileNotFoundError`` / ``ValueError`` name the URL."""
+    """``(container, video stream)`` of the video at ``url``: a local file as it is, a remote
+    one through a :class:`~refiner_core.video.ranged.RangedReader` (byte ranges, no block
+    cache); ``FileNotFoundError`` / ``ValueError`` name the URL."""
     import av
 
     fs, path = resolve(url, storage_options)
     try:
-        handle = fs.open(path, "rb", block_size=READ_BLOCK_BYTES)
+        if is_local(fs):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(path)
+            handle: Any = None  # FFmpeg reads a local file itself, faster than through Python
+        else:
+            handle = RangedReader(fs, path, int(fs.size(path)))
+            plan_index(handle)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"video {url} does not exist: {exc}") from exc
-    with handle:
+    try:
         try:
-            container = av.open(handle, mode="r")
+            container = av.open(path if handle is None else handle, mode="r")
         except av.error.FFmpegError as exc:
             raise ValueError(f"cannot open video {url}: {exc}; is it a video file?") from exc
         with container:
             if not container.streams.video:
                 raise ValueError(f"{url} holds no video stream")
-            yield container, container.streams.video[0]
+            if isinstance(handle, RangedReader):
+                _READERS[id(container)] = handle
+            try:
+                yield container, container.streams.video[0]
+            finally:
+                _READERS.pop(id(container), None)
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def seconds(pts: int, time_base: Fraction) -> float:
@@ -44,3 +63,12 @@ def seek_before(container: Any, stream: Any, at_seconds: float) -> None:
     """Seek to the last keyframe at or before ``at_seconds`` (or the start)."""
     target = int(Fraction(at_seconds).limit_denominator(1_000_000) / stream.time_base)
     container.seek(max(0, target), stream=stream, backward=True, any_frame=False)
+
+
+def seek_clip(container: Any, stream: Any, clip: ClipRef) -> None:
+    """Seek to the keyframe before ``clip`` and, for a remote file, plan to read its packets
+    in one range (see :func:`~refiner_core.video.ranged.plan_clip`)."""
+    reader = _READERS.get(id(container))
+    if reader is not None:
+        plan_clip(reader, stream, clip.from_timestamp, clip.to_timestamp)
+    seek_before(container, stream, clip.from_timestamp)

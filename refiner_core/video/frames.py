@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .clip_ref import TIME_TOLERANCE_S, parse_clip
-from .container import open_video, seconds, seek_before
+from .container import open_video, seconds, seek_clip
 
 
 def read_frames(
     ref: Any, storage_options: dict[str, Any] | None = None
-) -> Iterator[tuple[float, Any]]:
+) -> Generator[tuple[float, Any], None, None]:
     """Yield ``(timestamp, frame)`` for each frame of ``ref``'s time range, in order.
 
     ``timestamp`` is in seconds on the file's timeline (the timeline of ``from_timestamp``
@@ -21,7 +21,7 @@ def read_frames(
     """
     clip = parse_clip(ref)
     with open_video(clip.path, storage_options) as (container, stream):
-        seek_before(container, stream, clip.from_timestamp)
+        seek_clip(container, stream, clip)
         for frame in container.decode(stream):
             if frame.pts is None:
                 continue

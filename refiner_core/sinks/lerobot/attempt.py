@@ -66,7 +66,7 @@ class _Camera:
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from exc
         else:
-            if self.size is None:
+            if self.size is None and file.format is not None:  # set by the clip just appended
                 self.size = (file.format.width, file.format.height)
                 self.info = _info(file.format.codec, file.format.pix_fmt, *self.size)
             self._roll("remuxed")
@@ -78,10 +78,10 @@ class _Camera:
             path = self._path(self.count)
             self.encoded = (self.count, EncodedFile(path, fps, *self.size))
             self.count += 1
-        number, file = self.encoded
-        landed = file.append(ref, options)
+        number, encoded = self.encoded
+        landed = encoded.append(ref, options)
         if self.info is None:
-            self.info = _info(file.stream.codec_context.name, "yuv420p", *self.size)
+            self.info = _info(encoded.stream.codec_context.name, "yuv420p", *self.size)
         self._roll("encoded")
         return number, landed, False
 
@@ -161,11 +161,11 @@ class LeRobotAttemptWriter:
             self.shape = row_shape(table.schema, self.where)
             self.cameras = {key: _Camera(self, key) for key in self.shape.cameras}
         for row in range(table.num_rows):
-            self._episode(table, row)
+            self._episode(table, row, self.shape)
 
-    def _episode(self, table: pa.Table, row: int) -> None:
+    def _episode(self, table: pa.Table, row: int, shape: RowShape) -> None:
         where = f"{self.where} episode row {len(self.episodes)}"
-        length = episode_length(table, row, self.shape, where)
+        length = episode_length(table, row, shape, where)
         videos, stats = {}, {}
         for key, camera in self.cameras.items():
             clip = table.column(key)[row].as_py()
@@ -190,7 +190,12 @@ class LeRobotAttemptWriter:
                 )
             videos[key] = {"file": number, "from": landed.from_timestamp, "to": landed.to_timestamp}
             stats[key] = image_stats(landed.sample, landed.frames)
-        frames = frame_table(table, row, self.shape, length, self.sink.fps, where)
+        if length is None:
+            raise ValueError(
+                f"{where}: the episode has no length, frame lists or camera clips to count its "
+                "frames; give a length column or a list per frame"
+            )
+        frames = frame_table(table, row, shape, length, self.sink.fps, where)
         local = len(self.episodes)
         frames = frames.append_column("episode_index", pa.array([local] * length, pa.int64()))
         frames = frames.append_column(

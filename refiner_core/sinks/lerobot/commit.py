@@ -94,6 +94,11 @@ def commit_dataset(sink: Any, committed: list[AttemptManifest]) -> dict[str, Any
     return {"episodes": len(episodes), "frames": first_frame, "tasks": len(tasks)}
 
 
+def dataset_files(folder: Any) -> list[str]:
+    """Every file of the dataset under ``folder``: ``meta/``, ``data/`` and ``videos/``."""
+    return sorted(f for top in ("meta", "data", "videos") for f in folder.find(top))
+
+
 def _cameras(staged: list[dict[str, Any]], where: str) -> dict[str, dict[str, Any]]:
     """Each camera's video info; every attempt must agree on the cameras and their size."""
     cameras: dict[str, dict[str, Any]] = {}
@@ -154,8 +159,11 @@ def _episode_row(
         row[f"videos/{key}/file_index"] = file
         row[f"videos/{key}/from_timestamp"] = video["from"]
         row[f"videos/{key}/to_timestamp"] = video["to"]
-    stats = {name: _column_stats(frames.column(name)) for name in frames.column_names}
-    stats = {k: v for k, v in stats.items() if v is not None}
+    stats = {
+        name: found
+        for name in frames.column_names
+        if (found := _column_stats(frames.column(name))) is not None
+    }
     stats.update(meta["image_stats"])
     for feature, values in stats.items():
         for name, value in values.items():

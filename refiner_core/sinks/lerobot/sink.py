@@ -11,7 +11,7 @@ from ...validation import check_positive
 from ..files import FolderSink
 from ..protocol import AttemptKey, Leftovers
 from .attempt import STAGE_DIR, LeRobotAttemptWriter
-from .commit import INFO_PATH, commit_dataset
+from .commit import INFO_PATH, commit_dataset, dataset_files
 
 
 class LeRobotSink(FolderSink):
@@ -75,10 +75,10 @@ class LeRobotSink(FolderSink):
         return LeRobotAttemptWriter(self, shard_id, attempt_id)
 
     def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
-        """Number the kept attempts' episodes and write the dataset (see the class doc)."""
-        if self.folder.exists(INFO_PATH):  # committed by an earlier finalization of this run
-            return {}
-        return commit_dataset(self, committed)
+        """Commit the kept attempts (once: a later finalization finds ``meta/info.json``);
+        ``files`` lists every file of the dataset, for the summary."""
+        totals = {} if self.folder.exists(INFO_PATH) else commit_dataset(self, committed)
+        return {**totals, "files": dataset_files(self.folder)}
 
     def remove_leftovers(
         self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]

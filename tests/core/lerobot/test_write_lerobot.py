@@ -294,3 +294,37 @@ def test_writing_over_a_dataset_is_refused(source, tmp_path):
     episode_rows(source).write_lerobot(out, fps=10).launch_local()
     with pytest.raises(FileExistsError, match=r"already holds a LeRobot dataset"):
         episode_rows(source).write_lerobot(out, fps=10).launch_local()
+
+
+def test_the_summary_lists_every_file_and_counts_clips_as_engine_counters(source, tmp_path):
+    from refiner_core.cli.counters import MEANINGS
+    from refiner_core.manifests import COUNTER_KEYS
+
+    out = tmp_path / "out"
+    sequence = episode_rows(source).write_lerobot(str(out), fps=10)
+    result = sequence.launch_local()
+    on_disk = sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and "_refiner" not in p.parts
+    )
+    assert len(on_disk) == 7  # data, two videos, episodes, info, stats, tasks
+    assert list(result.summary.files) == on_disk
+    # a second finalization (nothing left to commit) lists the same files
+    assert list(sequence.stages[1].run(run_id=result.run_id).files) == on_disk
+    for key in ("frames_written", "clips_remuxed", "clips_transcoded"):
+        assert key in COUNTER_KEYS and key in MEANINGS
+
+
+def test_a_long_remuxed_clip_takes_its_image_statistics_from_keyframes(tmp_path):
+    # 120 frames with a keyframe every 30: the frames cycle through 15 values, and every
+    # keyframe (frames 0, 30, 60, 90) shows the first of them
+    source = write_dataset(str(tmp_path / "src"), [120], cameras=(FRONT,), gop=30)
+    out = str(tmp_path / "out")
+    result = episode_rows(source).write_lerobot(out, fps=10).launch_local()
+    assert result.summary.counters["clips_remuxed"] == 1
+    front = _json(out, "stats")[FRONT]
+    assert front["count"] == [120]
+    keyframe = pixel(0, 0) / 255
+    assert [front["min"][0][0][0], front["max"][0][0][0]] == pytest.approx(
+        [keyframe] * 2, abs=2 / 255
+    )
+    assert max(pixel(i, 0) for i in range(15)) / 255 > keyframe + 0.5  # what decoding all shows
