@@ -3,6 +3,8 @@
 - :class:`RefinerBlobIOManager` / :class:`RefinerFileIOManager`: an asset returns a lazy
   ``mdr.Pipeline``; the IO manager writes it (media packed into blocks, or copied one
   file each) into a new version folder under its storage.
+- :class:`DatasetWriter`: the one service every write path uses to begin a version, write
+  its shards, finalize, audit and publish it (``io_manager.writer()``).
 - :func:`build_finalization_asset`: the downstream asset that runs the reducer, audits
   the version (missing-asset and reference-integrity checks), publishes it and records
   the counters and table metadata as materialization metadata.
@@ -41,7 +43,7 @@ from .checks import (
 )
 from .component import RefinerDatasetComponent
 from .fanout import FanoutConfig, FanoutPlan, FanoutTask, build_dataset_asset
-from .finalization import build_finalization_asset, dataset_pool, finalize_version
+from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .metadata import summary_markdown, summary_metadata
 from .ops import (
@@ -65,12 +67,14 @@ from .storage import (
     short_run_id,
 )
 from .table_metadata import column_schema
+from .writer import DatasetWriter
 
 __all__ = [
     # IO managers and storage
     "RefinerBlobIOManager",
     "RefinerFileIOManager",
     "DatasetStorage",
+    "DatasetWriter",
     "SupersededError",
     "DatasetVersion",
     "AssetSettings",
@@ -84,7 +88,6 @@ __all__ = [
     "FanoutTask",
     # finalization and checks
     "build_finalization_asset",
-    "finalize_version",
     "dataset_pool",
     "AuditPolicy",
     "AuditFailedError",

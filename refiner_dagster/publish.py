@@ -1,6 +1,7 @@
 """Write → audit → publish: a written version is reduced, checked, and only then published.
 
-A dataset asset's IO manager *writes* a version; :func:`finalize_version` then
+A dataset asset's IO manager *writes* a version;
+:meth:`~refiner_dagster.writer.DatasetWriter.finalize` then
 
 1. **reduces** it: the engine's finalization stages keep one attempt per shard, delete
    rejected attempts' files and blocks, commit Lance fragments and write
@@ -23,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,6 @@ __all__ = [
     "AuditPolicy",
     "audit_version",
     "error_failures",
-    "finalize_version",
     "publish_version",
     "reduce_version",
     "run_liveness",
@@ -135,7 +135,7 @@ def reduce_version(
 
 
 def audit_version(
-    version: DatasetVersion, summary: dict[str, Any], policy: AuditPolicy
+    version: DatasetVersion, summary: Mapping[str, Any], policy: AuditPolicy
 ) -> list[dg.AssetCheckResult]:
     """The ``missing_assets`` and ``reference_integrity`` results of a reduced version."""
     missing = missing_assets_result(summary, max_missing_fraction=policy.max_missing_fraction)
@@ -199,29 +199,6 @@ def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:
             "Materialize the asset again once that run is done",
             winner=current.run_id,
         )
-
-
-def finalize_version(
-    version: DatasetVersion,
-    *,
-    audit: AuditPolicy | None = None,
-    is_live: RunLiveness | None = None,
-) -> dict[str, Any]:
-    """Reduce ``version``, audit it (when ``audit`` is given) and publish it.
-
-    Idempotent: finalizing an already published version runs the reducer again
-    (nothing left to delete) and re-writes the same pointer. Returns the summary the
-    reducer wrote to ``<version>/_refiner/summary.json``. Raises
-    :class:`AuditFailedError` without publishing when an ERROR-severity check fails.
-    """
-    summary = reduce_version(version)
-    if audit is not None:
-        results = audit_version(version, summary, audit)
-        failed = error_failures(results)
-        if failed:
-            raise audit_failure(version, failed, results)
-    publish_version(version, summary, is_live=is_live)
-    return summary
 
 
 def audit_failure(

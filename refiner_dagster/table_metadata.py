@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -72,7 +73,7 @@ def dataset_table_name(version: DatasetVersion) -> str:
     return ".".join(version.asset_path)
 
 
-def table_metadata(version: DatasetVersion, summary: dict[str, Any]) -> dict[str, Any]:
+def table_metadata(version: DatasetVersion, summary: Mapping[str, Any]) -> dict[str, Any]:
     """The standard ``dagster/*`` table metadata of a published (or pending) version."""
     rows = int(summary.get("rows_written", 0) or 0)
     metadata: dict[str, Any] = {
