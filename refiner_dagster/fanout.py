@@ -252,12 +252,13 @@ def build_dataset_asset(
             **({AUDITS_KEY: True} if checks else {}),
         },
         kinds={"refiner"},
-        group_name=group_name,
     )
 
+    # on a graph asset, Dagster takes the group from here, not from the AssetOut
     @dg.graph_multi_asset(
         name=asset_name,
         outs={asset_name: out},
+        group_name=group_name,
         partitions_def=partitions_def,
         check_specs=check_specs or None,
     )

@@ -323,6 +323,17 @@ def test_pool_and_static_steps(fanout_env):
         rd.build_dataset_asset(defs.frames_pipeline, name="x", max_tasks=0)
 
 
+def test_the_asset_lands_in_its_group(fanout_env):
+    for static_tasks in (None, 2):
+        asset = rd.build_dataset_asset(
+            defs.frames_pipeline, name="grouped", group_name="robotics", static_tasks=static_tasks
+        )
+        assert asset.group_names_by_key == {dg.AssetKey("grouped"): "robotics"}
+        resources = {"refiner": rd.RefinerBlobIOManager()}
+        specs = dg.Definitions(assets=[asset], resources=resources).resolve_all_asset_specs()
+        assert [s.group_name for s in specs] == ["robotics"]
+
+
 def test_a_bad_format_is_refused_when_the_asset_is_built():
     with pytest.raises(ValueError) as caught:
         rd.build_dataset_asset(
