@@ -255,22 +255,22 @@ def test_demo_automation_and_fanout_job(
 
     # The fan-out export job: plan -> 4 write steps -> finalize, a published JSONL dataset.
     monkeypatch.setenv("REFINER_DEMO_DATA_DIR", str(demo_home.home / "refiner_demo"))
-    with dg.instance_for_test(temp_dir=str(demo_home.home / "export_instance")) as instance:
+    with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("episodes_export").execute_in_process(instance=instance)
         assert result.success
         writes = [
             e
             for e in result.all_events
             if e.event_type == dg.DagsterEventType.STEP_SUCCESS
-            and e.step_key.startswith("episodes_jsonl_write")
+            and e.step_key.startswith("episodes_jsonl.episodes_jsonl_write[")
         ]
         assert len(writes) == 4
         storage = rd.DatasetStorage(os.path.join(instance.storage_directory(), "refiner"))
         published = storage.current(["episodes_jsonl"], None)
+        assert published is not None and published.format == "jsonl"
         assert published.summary()["rows_written"] == 24
-        assert published.format == "jsonl"
-    exported = mdr.read_jsonl(published.url)
-    assert sorted(r["episode_id"] for r in exported.materialize()) == sorted(
+        exported = mdr.read_jsonl(published.url).materialize()
+    assert sorted(r["episode_id"] for r in exported) == sorted(
         f"episode_{i:03d}" for i in range(24)
     )
 
