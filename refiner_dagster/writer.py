@@ -78,6 +78,14 @@ class DatasetWriter:
     copy each); ``defaults`` are the IO manager's settings, which an asset's
     ``refiner/*`` definition metadata overrides; ``instance`` tells which Dagster runs
     are still live, so publishing never deletes a version a live run is writing.
+    A version lands in ``<storage>/<asset/key>/[<partition>/]v-<run id>/`` and readers
+    see it once :meth:`finalize` moved ``_current.json`` to it.
+
+    Example:
+        >>> import tempfile, refiner_dagster as rd
+        >>> writer = rd.RefinerFileIOManager(base_url=tempfile.mkdtemp()).writer()
+        >>> writer.form, writer.storage.current(["clips"], None)
+        ('files', None)
     """
 
     storage: DatasetStorage
