@@ -188,18 +188,15 @@ def plan_tasks(
 
 
 def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
-    """The plan, then one dynamic output per task (write steps mapped over them)."""
+    """The plan, then the tasks: one dynamic output each (write steps mapped over them),
+    or with ``static_tasks`` one list (write step ``i`` takes task ``i``)."""
     plan, tasks = plan_tasks(spec, context, config)
     yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
+    if spec.static_tasks is not None:
+        yield dg.Output(tasks, output_name="tasks")
+        return
     for task in tasks:
         yield dg.DynamicOutput(task, output_name="tasks", mapping_key=f"task_{task.index:05d}")
-
-
-def static_plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
-    """The plan, then every task in one list (write step ``i`` takes task ``i``)."""
-    plan, tasks = plan_tasks(spec, context, config)
-    yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
-    yield dg.Output(tasks, output_name="tasks")
 
 
 def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:

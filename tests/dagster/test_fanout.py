@@ -326,6 +326,28 @@ def test_pool_and_static_steps(fanout_env):
         rd.build_dataset_asset(defs.frames_pipeline, name="x", max_tasks=0)
 
 
+def test_static_write_steps_write_in_process_and_spare_ones_finish_at_once(
+    dagster_instance, fanout_env
+):
+    asset = rd.build_dataset_asset(defs.frames_pipeline, name="fixed", static_tasks=4, max_tasks=2)
+    result = dg.materialize(
+        [asset], instance=dagster_instance, resources={"refiner": defs.refiner_resource()}
+    )
+    assert result.success
+    written = {
+        e.step_key.split(".")[-1]: e.event_specific_data.metadata["shards_written"].value
+        for e in step_events(result, "STEP_OUTPUT")
+        if "_write_" in e.step_key
+    }
+    assert written == {
+        "fixed_write_00000": 3,
+        "fixed_write_00001": 3,
+        "fixed_write_00002": 0,
+        "fixed_write_00003": 0,
+    }
+    assert rows_of(published("fixed")) == expected_rows()
+
+
 def test_the_asset_lands_in_its_group(fanout_env):
     for static_tasks in (None, 2):
         asset = rd.build_dataset_asset(
