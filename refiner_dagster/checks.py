@@ -59,7 +59,7 @@ def missing_assets_result(
     policy = summary.missing_policy if summary is not None else None
     missing = counters.get("missing_assets", 0)
     fraction = missing_fraction(summary)
-    metadata = {
+    metadata: dict[str, dg.MetadataValue] = {
         "missing_assets": dg.MetadataValue.int(missing),
         "cells_nulled": dg.MetadataValue.int(counters.get("cells_nulled", 0)),
         "rows_dropped": dg.MetadataValue.int(counters.get("rows_dropped", 0)),
@@ -255,6 +255,8 @@ def _check(ref: _Reference, sizes: dict[str, int | None], version: DatasetVersio
         validate_reference({"path": ref.path, "offset": ref.offset, "size": ref.size})
     except ValueError as exc:
         return f"{where}: malformed reference: {exc}"
+    if ref.size is None:
+        return f"{where}: malformed reference: it has an offset but no size"
     if ref.offset + ref.size > size:
         return (
             f"{where}: range [{ref.offset}, {ref.offset + ref.size}) of {ref.path} "
@@ -264,7 +266,7 @@ def _check(ref: _Reference, sizes: dict[str, int | None], version: DatasetVersio
 
 
 def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
-    metadata = {
+    metadata: dict[str, dg.MetadataValue] = {
         "references_total": dg.MetadataValue.int(report.total),
         "references_checked": dg.MetadataValue.int(report.checked),
         "sampling_rate": dg.MetadataValue.float(round(report.sampling_rate, 6)),
@@ -377,15 +379,11 @@ class _CheckTarget:
 
 
 def _published(context: dg.AssetCheckExecutionContext, target: _CheckTarget) -> DatasetVersion:
-    manager = getattr(context.resources, target.io_manager_key)
-    if not hasattr(manager, "storage"):
-        raise TypeError(
-            f"checks of {target.asset_key.to_user_string()}: resource {target.io_manager_key!r} "
-            f"is a {type(manager).__name__}, not a refiner IO manager; bind it to "
-            "rd.RefinerBlobIOManager() or rd.RefinerFileIOManager()"
-        )
+    from .io_manager import writer_for  # the IO managers audit with this module's checks
+
+    who = f"checks of {target.asset_key.to_user_string()}"
+    storage = writer_for(context, target.io_manager_key, who).storage
     partition = context.partition_key if target.partitions_def is not None else None
-    storage = manager.storage(context.instance)
     version = storage.current(target.dataset_key.path, partition)
     if version is None:
         where = f" partition {partition!r}" if partition is not None else ""

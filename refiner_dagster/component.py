@@ -88,11 +88,11 @@ class PartitionSettings(StrictFields, dg.Model):
     timezone: str = Field(default="UTC", description="Timezone of daily partitions.")
 
     def build(self) -> dg.PartitionsDefinition:
-        if (self.daily_start is None) == (self.static is None):
-            raise ValueError("partitions: set exactly one of daily_start or static")
-        if self.static is not None:
+        if self.static is not None and self.daily_start is None:
             return dg.StaticPartitionsDefinition(list(self.static))
-        return dg.DailyPartitionsDefinition(start_date=self.daily_start, timezone=self.timezone)
+        if self.daily_start is not None and self.static is None:
+            return dg.DailyPartitionsDefinition(start_date=self.daily_start, timezone=self.timezone)
+        raise ValueError("partitions: set exactly one of daily_start or static")
 
 
 class AutomationSettings(StrictFields, dg.Model):
@@ -231,11 +231,19 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        return self.dataset_defs()
+
+    def dataset_defs(self) -> dg.Definitions:
+        """The dataset and finalization assets, the IO manager and the schedule, built
+        without a component tree (a code location may call it on a loaded ``defs.yaml``)."""
         function = self.resolve_pipeline()
         takes_key = "partition_key" in inspect.signature(function).parameters
         partitions_def = self.partitions.build() if self.partitions is not None else None
         key = self.asset_key
-        metadata = {"refiner/format": self.format, "refiner/missing_policy": self.missing_policy}
+        metadata: dict[str, Any] = {
+            "refiner/format": self.format,
+            "refiner/missing_policy": self.missing_policy,
+        }
         if self.packing == "blobs":
             metadata["refiner/target_bytes"] = self.target_bytes
 

@@ -41,7 +41,6 @@ from .fanout_steps import (
     attempt_id_for,
     finalize_step,
     plan_step,
-    static_plan_step,
     write_step,
 )
 from .finalization import audit_check_specs
@@ -176,19 +175,23 @@ def build_dataset_asset(
         dataset, *results = outputs
         return {asset_name: dataset, **dict(zip(check_outputs, results, strict=True))}
 
-    if static_tasks is None:
+    # dynamic outputs, or for executors that only run the initial plan's steps, one list
+    tasks_out = (
+        dg.DynamicOut(FanoutTask, io_manager_key=step_io)
+        if static_tasks is None
+        else dg.Out(list, io_manager_key=step_io)
+    )
 
-        @dg.op(
-            name=f"{asset_name}_plan",
-            out={
-                "plan": dg.Out(FanoutPlan, io_manager_key=step_io),
-                "tasks": dg.DynamicOut(FanoutTask, io_manager_key=step_io),
-            },
-            required_resource_keys=resources,
-            tags=_KIND_TAGS,
-        )
-        def _plan(context: dg.OpExecutionContext, config: FanoutConfig):
-            yield from plan_step(spec, context, config)
+    @dg.op(
+        name=f"{asset_name}_plan",
+        out={"plan": dg.Out(FanoutPlan, io_manager_key=step_io), "tasks": tasks_out},
+        required_resource_keys=resources,
+        tags=_KIND_TAGS,
+    )
+    def _plan(context: dg.OpExecutionContext, config: FanoutConfig):
+        yield from plan_step(spec, context, config)
+
+    if static_tasks is None:
 
         @dg.op(
             name=f"{asset_name}_write",
@@ -206,18 +209,6 @@ def build_dataset_asset(
             return finalized(plan, tasks.map(_write).collect())
 
     else:
-
-        @dg.op(
-            name=f"{asset_name}_plan",
-            out={
-                "plan": dg.Out(FanoutPlan, io_manager_key=step_io),
-                "tasks": dg.Out(list, io_manager_key=step_io),
-            },
-            required_resource_keys=resources,
-            tags=_KIND_TAGS,
-        )
-        def _static_plan(context: dg.OpExecutionContext, config: FanoutConfig):
-            yield from static_plan_step(spec, context, config)
 
         def write_op(index: int) -> dg.OpDefinition:
             @dg.op(
@@ -238,7 +229,7 @@ def build_dataset_asset(
         writes = [write_op(i) for i in range(static_tasks)]
 
         def compose():
-            plan, tasks = _static_plan()
+            plan, tasks = _plan()
             return finalized(plan, [write(tasks) for write in writes])
 
     out = dg.AssetOut(
@@ -252,12 +243,13 @@ def build_dataset_asset(
             **({AUDITS_KEY: True} if checks else {}),
         },
         kinds={"refiner"},
-        group_name=group_name,
     )
 
+    # on a graph asset, Dagster takes the group from here, not from the AssetOut
     @dg.graph_multi_asset(
         name=asset_name,
         outs={asset_name: out},
+        group_name=group_name,
         partitions_def=partitions_def,
         check_specs=check_specs or None,
     )

@@ -7,9 +7,9 @@ step (its shards) and the attempt manifests each write step committed. They go
 through the steps' IO manager (``fs_io_manager`` locally, ``S3PickleIOManager`` on
 a cluster), so a re-executed run loads them from the run it resumes.
 
-Writing goes through the dataset's refiner IO manager (a resource of every step):
-its settings, asset config and :class:`~refiner_dagster.storage.DatasetStorage`
-version folder, exactly as when the IO manager writes the asset in one step.
+Every step writes through the :class:`~refiner_dagster.writer.DatasetWriter` of the
+dataset's refiner IO manager (a resource of every step): its settings, asset config
+and version folder, exactly as when the IO manager writes the asset in one step.
 """
 
 from __future__ import annotations
@@ -21,26 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 import refiner_core as mdr
 from refiner_core import integration, manifests
 from refiner_core.manifests import AttemptManifest
 
 from .finalization import published_metadata
-from .io_manager import committed_counters
+from .io_manager import writer_for
 from .metadata import counters_metadata
-from .ops import group_shards
-from .publish import (
-    AuditPolicy,
-    audit_failure,
-    audit_version,
-    error_failures,
-    publish_version,
-    reduce_version,
-    run_liveness,
-)
-from .storage import DatasetVersion, short_run_id
+from .publish import AuditFailedError, AuditPolicy
+from .storage import short_run_id
 from .strict_fields import StrictFields
+from .writer import DatasetWriter, committed_counters
 
 PipelineFn = Callable[[dg.OpExecutionContext], mdr.Pipeline]
 DEFAULT_MAX_TASKS = 64
@@ -74,11 +67,20 @@ class FanoutTask:
 
 
 class FanoutConfig(StrictFields, dg.Config):
-    """Run config of a fan-out dataset's plan step."""
+    """Run config of a fan-out dataset's plan step.
 
-    max_tasks: int | None = None
-    """At most this many write steps (shards are grouped evenly). Default: the asset's
-    ``max_tasks``, else ``min(shards, 64)``."""
+    >>> FanoutConfig(max_tasks=8).max_tasks
+    8
+    """
+
+    max_tasks: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "At most this many write steps (shards are grouped evenly). Default: the asset's "
+            "max_tasks, else min(shards, 64)."
+        ),
+    )
 
 
 def attempt_id_for(dagster_run_id: str, step_key: str, retry_number: int) -> str:
@@ -112,8 +114,8 @@ class FanoutSpec:
     def where(self) -> str:
         return f"asset {self.asset_key.to_user_string()}"
 
-    def refiner_io_manager(self, context: dg.OpExecutionContext) -> Any:
-        return getattr(context.resources, self.io_manager_key)
+    def writer(self, context: dg.OpExecutionContext) -> DatasetWriter:
+        return writer_for(context, self.io_manager_key, self.where)
 
     def pipeline(self, context: dg.OpExecutionContext) -> mdr.Pipeline:
         obj = self.fn(context)
@@ -130,25 +132,35 @@ class FanoutSpec:
             "asset's steps write it"
         )
 
-    def version(self, context: dg.OpExecutionContext, plan: FanoutPlan) -> DatasetVersion:
-        storage = self.refiner_io_manager(context).storage(context.instance)
-        return storage.version(list(plan.asset_path), plan.partition_key, plan.version)
+
+def group_shards(shards: list[mdr.Shard], max_tasks: int) -> list[list[mdr.Shard]]:
+    """At most ``max_tasks`` contiguous groups, as even as they can be.
+
+    >>> [len(g) for g in group_shards(list(range(10)), max_tasks=4)]
+    [3, 3, 2, 2]
+    """
+    if max_tasks <= 0:
+        raise ValueError(f"max_tasks must be a positive integer, got {max_tasks}")
+    if not shards:
+        return []
+    size, extra = divmod(len(shards), min(max_tasks, len(shards)))
+    groups, start = [], 0
+    for i in range(min(max_tasks, len(shards))):
+        end = start + size + (1 if i < extra else 0)
+        groups.append(shards[start:end])
+        start = end
+    return groups
 
 
 def plan_tasks(
     spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig
 ) -> tuple[FanoutPlan, list[FanoutTask]]:
     """Open the version folder, plan the write stage's shards, group them into tasks."""
-    io_manager = spec.refiner_io_manager(context)
     pipeline = spec.pipeline(context)
     partition = context.partition_key if context.has_partition_key else None
     started = time.time()
-    version, _, assets = io_manager.begin_version(
-        asset_key=spec.asset_key,
-        partition=partition,
-        dagster_run_id=context.run_id,
-        definition_metadata=spec.definition_metadata,
-        instance=context.instance,
+    version, _, assets = spec.writer(context).begin(
+        spec.asset_key, partition, context.run_id, spec.definition_metadata
     )
     run_id = short_run_id(context.run_id)
     shards = version.writer(pipeline, assets).write_stage.plan(run_id=run_id)
@@ -158,7 +170,7 @@ def plan_tasks(
             f"{spec.where} has {spec.static_tasks} write steps (static_tasks); run config "
             f"max_tasks={max_tasks} cannot exceed it"
         )
-    groups = group_shards(shards, max_tasks=max_tasks, shards_per_task=None)
+    groups = group_shards(shards, max_tasks=max_tasks)
     plan = FanoutPlan(
         tuple(spec.asset_key.path),
         partition,
@@ -176,37 +188,34 @@ def plan_tasks(
 
 
 def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
-    """The plan, then one dynamic output per task (write steps mapped over them)."""
+    """The plan, then the tasks: one dynamic output each (write steps mapped over them),
+    or with ``static_tasks`` one list (write step ``i`` takes task ``i``)."""
     plan, tasks = plan_tasks(spec, context, config)
     yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
+    if spec.static_tasks is not None:
+        yield dg.Output(tasks, output_name="tasks")
+        return
     for task in tasks:
         yield dg.DynamicOutput(task, output_name="tasks", mapping_key=f"task_{task.index:05d}")
-
-
-def static_plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
-    """The plan, then every task in one list (write step ``i`` takes task ``i``)."""
-    plan, tasks = plan_tasks(spec, context, config)
-    yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
-    yield dg.Output(tasks, output_name="tasks")
 
 
 def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
     """Write the task's shards not committed yet, as this try's attempt."""
     plan = task.plan
-    version = spec.version(context, plan)
-    _, assets = spec.refiner_io_manager(context).writer_config(
-        spec.asset_key, spec.definition_metadata
-    )
-    stage = version.writer(spec.pipeline(context), assets).write_stage
-    # only this task's shards' manifests: one listing, then a read per manifest
-    persisted = manifests.read_manifests(version.output_folder(), shard_ids=task.shard_ids)
-    committed = integration.choose_committed(persisted, plan.run_id)
-    todo = [s for s in task.shards if s.id not in committed]
+    writer = spec.writer(context)
+    version = writer.reopen(plan.asset_path, plan.partition_key, plan.version)
+    _, assets = writer.settings(spec.asset_key, spec.definition_metadata)
     mapping_key = context.get_mapping_key()
     step_key = f"{context.op_handle}[{mapping_key}]" if mapping_key else str(context.op_handle)
     attempt = attempt_id_for(context.run_id, step_key, context.retry_number)
-    written = stage.run_task(todo, run_id=plan.run_id, attempt_id=attempt) if todo else []
-    kept = [committed[s.id] for s in task.shards if s.id in committed]
+    written, kept = writer.write_shards(
+        version,
+        spec.pipeline(context),
+        assets,
+        task.shards,
+        run_id=plan.run_id,
+        attempt_id=attempt,
+    )
     result = sorted([*kept, *written], key=lambda m: m.shard_id)
     totals = integration.committed_counters(written)
     context.log.info(
@@ -233,8 +242,8 @@ def finalize_step(
     Yields the audit's check results first; when an ERROR-severity check fails the
     step fails without publishing, and readers keep the version they had.
     """
-    io_manager = spec.refiner_io_manager(context)
-    version = spec.version(context, plan)
+    writer = spec.writer(context)
+    version = writer.reopen(plan.asset_path, plan.partition_key, plan.version)
     # read once: counting, reducing and the summary share these manifests
     persisted = manifests.read_persisted(version.output_folder())
     counters = committed_counters(version, plan.run_id, persisted)
@@ -245,28 +254,21 @@ def finalize_step(
             f"(write steps reported {sum(len(w) for w in written)}); re-execute the run from "
             "failure to write the missing ones"
         )
-    io_manager.record_written(
-        version,
-        engine_run_id=plan.run_id,
-        pipeline=spec.pipeline(context),
-        started=time.monotonic() - (time.time() - plan.started_at),
-        counters=counters,
-    )
-    summary = reduce_version(version, persisted)
-    if spec.audit is not None:
-        results = audit_version(version, summary, spec.audit)
-        yield from results
-        failed = error_failures(results)
-        if failed:
-            error = audit_failure(version, failed, results)
-            raise dg.Failure(description=str(error), metadata={"failed_checks": failed})
-    publish_version(version, summary, is_live=run_liveness(context.instance))
+    started = time.monotonic() - (time.time() - plan.started_at)
+    writer.record_written(version, plan.run_id, spec.pipeline(context), started, counters)
+    try:
+        finalized = writer.finalize(version, audit=spec.audit, persisted=persisted)
+    except AuditFailedError as error:
+        yield from error.results
+        raise dg.Failure(
+            description=str(error), metadata={"failed_checks": error.failed}
+        ) from error
+    yield from finalized.checks
+    summary = finalized.summary
     metadata = published_metadata(version, summary)
     metadata["shards"] = dg.MetadataValue.int(summary.shards)
     metadata["refiner/state"] = dg.MetadataValue.text("published")
     metadata["refiner/write_steps"] = dg.MetadataValue.int(plan.tasks)
     context.log.info(f"published {version.describe()}: {summary.rows_written} rows")
-    published = io_manager.storage(context.instance).current(
-        version.asset_path, version.partition_key
-    )
+    published = writer.storage.current(version.asset_path, version.partition_key)
     yield dg.Output(published, output_name=DATASET_OUTPUT, metadata=metadata)

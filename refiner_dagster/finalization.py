@@ -21,29 +21,12 @@ from refiner_core.manifests import DatasetSummary
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD, MISSING_ASSETS_CHECK
 from .checks import REFERENCE_INTEGRITY_CHECK as INTEGRITY_CHECK
 from .metadata import summary_metadata
-from .publish import (
-    AuditPolicy,
-    asset_config_from_record,
-    audit_failure,
-    audit_version,
-    error_failures,
-    finalize_version,
-    publish_version,
-    reduce_version,
-    run_liveness,
-)
+from .publish import AuditFailedError, AuditPolicy
 from .settings import DATASET_KEY, LOAD_KEY, validate_asset_metadata
 from .storage import DatasetVersion, one_version
 from .table_metadata import table_metadata
 
-__all__ = [
-    "AUDITS_KEY",
-    "asset_config_from_record",
-    "build_finalization_asset",
-    "dataset_pool",
-    "finalize_version",
-    "published_metadata",
-]
+__all__ = ["AUDITS_KEY", "build_finalization_asset", "dataset_pool", "published_metadata"]
 
 
 class _Default:
@@ -213,15 +196,18 @@ def build_finalization_asset(
     def _finalize(context: dg.AssetExecutionContext, dataset: Any):
         version = _loaded_version(dataset, key, dataset_name, io_key)
         context.log.info(f"finalizing {version.describe()}")
-        summary = reduce_version(version)
-        if specs:
-            results = audit_version(version, summary, policy)
-            yield from results
-            failed = error_failures(results)
-            if failed:
-                error = audit_failure(version, failed, results)
-                raise dg.Failure(description=str(error), metadata={"failed_checks": failed})
-        publish_version(version, summary, is_live=run_liveness(context.instance))
+        # a local import: the IO managers publish with this module's metadata
+        from .io_manager import writer_for
+
+        writer = writer_for(context.op_execution_context, io_key, f"asset {key.to_user_string()}")
+        try:
+            finalized = writer.finalize(version, audit=policy if specs else None)
+        except AuditFailedError as error:
+            yield from error.results
+            raise dg.Failure(
+                description=str(error), metadata={"failed_checks": error.failed}
+            ) from error
+        yield from finalized.checks
         # The dataset asset's own materialization said "written"; its page shows this
         # observation as the version's current state.
         context.log_event(
@@ -235,7 +221,7 @@ def build_finalization_asset(
                 },
             )
         )
-        yield dg.MaterializeResult(metadata=published_metadata(version, summary))
+        yield dg.MaterializeResult(metadata=published_metadata(version, finalized.summary))
 
     return _finalize
 

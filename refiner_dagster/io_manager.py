@@ -27,15 +27,13 @@ Several upstream partitions arrive as a dict keyed by partition key.
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from typing import Any, ClassVar
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 import refiner_core as mdr
-from refiner_core import integration, manifests
+from refiner_core import manifests
 from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import published_metadata
@@ -50,38 +48,19 @@ from .loading import (
 )
 from .metadata import counters_metadata
 from .progress_log import launch_in_step
-from .publish import AuditFailedError, AuditPolicy, finalize_version, run_liveness
-from .settings import (
-    ASSET_COLUMNS_KEY,
-    LOAD_MODES,
-    AssetSettings,
-    resolve_settings,
-)
-from .storage import WRITTEN, DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
+from .publish import AuditFailedError, AuditPolicy
+from .settings import ASSET_COLUMNS_KEY, LOAD_MODES
+from .storage import DatasetStorage, DatasetVersion, s3_storage_options, short_run_id
 from .strict_fields import StrictFields
 from .tables import open_version, written_asset_columns
-
-
-def committed_counters(
-    version: DatasetVersion,
-    engine_run_id: str,
-    persisted: manifests.PersistedManifests | None = None,
-) -> dict[str, int]:
-    """Counters summed over the committed attempt of each shard, from persisted manifests
-    (``persisted``, when the caller has read them already)."""
-    if persisted is None:
-        persisted = manifests.read_persisted(version.output_folder())
-    committed = integration.choose_committed(persisted.manifests, engine_run_id)
-    totals = integration.committed_counters(committed.values())
-    totals["shards"] = len(committed)
-    return totals
+from .writer import DatasetWriter
 
 
 def written_metadata(
     version: DatasetVersion,
     counters: dict[str, int],
     engine_run_id: str,
-    asset_columns: list[str],
+    asset_columns: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Output metadata of a written (not yet published) version."""
     return {
@@ -201,21 +180,6 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
             "checksum": self.checksum,
         }
 
-    def _asset_config(self, settings: AssetSettings) -> Any:
-        raise NotImplementedError
-
-    def _asset_record(self, config: Any) -> dict[str, Any]:
-        record = {"mode": self._asset_mode, "subdir": config.subdir}
-        record["missing_policy"] = config.missing_policy
-        record["max_in_flight"] = config.max_in_flight
-        if isinstance(config, mdr.BlobAssetConfig):
-            record["target_bytes"] = config.target_bytes
-            if config.dedupe is not None:
-                record["dedupe"] = config.dedupe
-        if config.checksum is not None:
-            record["checksum"] = config.checksum
-        return record
-
     def resolved_source_options(self) -> dict[str, Any] | None:
         """fsspec options for the media sources (see ``source_storage_options``)."""
         if self.source_storage_options is not None:
@@ -253,65 +217,20 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
                 base = os.path.join(instance.storage_directory(), "refiner")
         return DatasetStorage(base, self.resolved_storage_options())
 
+    def writer(self, instance: dg.DagsterInstance | None = None) -> DatasetWriter:
+        """The service that writes, finalizes and publishes versions with this IO manager's
+        settings; ``instance`` (default: the run's) gives the default storage folder and
+        tells which runs are live."""
+        instance = instance or self._instance
+        return DatasetWriter(
+            self.storage(instance, writing=True),
+            self._asset_mode,
+            self._defaults(),
+            self.resolved_source_options(),
+            instance,
+        )
+
     # output ----------------------------------------------------------------------
-    def writer_config(
-        self, asset_key: dg.AssetKey, definition_metadata: Any
-    ) -> tuple[AssetSettings, Any]:
-        """The asset's settings (IO manager config under its metadata) and asset config."""
-        where = f"asset {asset_key.to_user_string()}"
-        settings = resolve_settings(self._defaults(), definition_metadata or {}, where=where)
-        return settings, self._asset_config(settings)
-
-    def begin_version(
-        self,
-        *,
-        asset_key: dg.AssetKey,
-        partition: str | None,
-        dagster_run_id: str,
-        definition_metadata: Any,
-        instance: dg.DagsterInstance | None = None,
-    ) -> tuple[DatasetVersion, AssetSettings, Any]:
-        """Open the run's version folder (kept when the same run writes it again), with the
-        asset's resolved settings and asset config. Fan-out dataset steps call it too."""
-        settings, assets = self.writer_config(asset_key, definition_metadata)
-        storage = self.storage(instance or self._instance, writing=True)
-        version = storage.begin(
-            asset_key.path,
-            partition,
-            f"v-{short_run_id(dagster_run_id)}",
-            {
-                "format": settings.format,
-                "assets": self._asset_record(assets),
-                "dagster_run_id": dagster_run_id,
-                "asset_key": asset_key.to_user_string(),
-                "partition_key": partition,
-            },
-            resume=True,
-        )
-        return version, settings, assets
-
-    def record_written(
-        self,
-        version: DatasetVersion,
-        *,
-        engine_run_id: str,
-        pipeline: mdr.Pipeline,
-        started: float,
-        counters: dict[str, int],
-    ) -> dict[str, int]:
-        """Mark ``version`` written by ``engine_run_id`` with its committed ``counters``
-        (:func:`committed_counters`); returns them."""
-        version.storage.record(
-            version,
-            state=WRITTEN,
-            engine_run_id=engine_run_id,
-            written_at=time.time(),
-            write_seconds=round(time.monotonic() - started, 3),
-            asset_columns=written_asset_columns(pipeline, self._asset_mode),
-            **{k: counters[k] for k in ("rows_written", "files_written", "shards")},
-        )
-        return counters
-
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         where = f"asset {context.asset_key.to_user_string()}"
         if isinstance(obj, DatasetVersion):
@@ -319,57 +238,44 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
             context.add_output_metadata({"dagster/uri": dg.MetadataValue.path(obj.url)})
             return
         pipeline = _as_pipeline(obj, where)
-        partition = _single_partition(context, where)
-        version, settings, assets = self.begin_version(
-            asset_key=context.asset_key,
-            partition=partition,
-            dagster_run_id=context.run_id,
-            definition_metadata=context.definition_metadata,
+        writer = self.writer()
+        version, settings, assets = writer.begin(
+            context.asset_key,
+            _single_partition(context, where),
+            context.run_id,
+            context.definition_metadata,
         )
         context.log.info(f"writing {version.describe()} with {settings.num_workers} worker(s)")
-        started = time.monotonic()
         rundir = self._rundir(context.run_id, version)
-        try:
-            write_stage = version.writer(pipeline, assets).write_stage
-            write_only = mdr.PipelineSequence([write_stage])
-            stats = launch_in_step(
-                write_only, context, settings.num_workers, self.progress_log_seconds, rundir=rundir
-            )
-            counters = self.record_written(
-                version,
-                engine_run_id=stats.run_id,
-                pipeline=write_stage.pipeline,
-                started=started,
-                counters=committed_counters(version, stats.run_id),
-            )
-        except BaseException:
-            # With a retry policy the unpublished version stays for the retry to resume
-            # (readers never see it; publishing a later version deletes it).
-            if context.op_def.retry_policy is None:
-                version.storage.discard(version)
-                if rundir is not None:
-                    shutil.rmtree(rundir, ignore_errors=True)
-            raise
-        if rundir is not None:
-            shutil.rmtree(rundir, ignore_errors=True)
-        asset_columns = written_asset_columns(write_stage.pipeline, self._asset_mode)
+        counters = writer.write(
+            version,
+            pipeline,
+            assets,
+            launch=lambda sequence: launch_in_step(
+                sequence, context, settings.num_workers, self.progress_log_seconds, rundir=rundir
+            ),
+            rundir=rundir,
+            # with a retry policy the unpublished version stays for the retry to resume
+            # (readers never see it; publishing a later version deletes it)
+            keep_on_failure=context.op_def.retry_policy is not None,
+        )
+        asset_columns = written_asset_columns(pipeline, self._asset_mode)
         if not asset_columns:
             context.log.warning(
                 f"{where} has no asset columns, so {type(self).__name__} packed or copied no "
                 "media (assets_written=0): declare them with dtypes=, e.g. "
                 "dtypes={'image': mdr.datatype.image_path()} on the source or map step"
             )
-        metadata = written_metadata(version, counters, stats.run_id, asset_columns)
+        engine_run_id = str(version.engine_run_id)
+        metadata = written_metadata(version, counters, engine_run_id, asset_columns)
         if settings.finalize_inline:
             try:
-                summary = finalize_version(
-                    version, audit=AuditPolicy(), is_live=run_liveness(self._instance)
-                )
+                finalized = writer.finalize(version, audit=AuditPolicy())
             except AuditFailedError as exc:
                 raise dg.Failure(
                     description=str(exc), metadata={"failed_checks": exc.failed}
                 ) from exc
-            metadata.update(published_metadata(version, summary))
+            metadata.update(published_metadata(version, finalized.summary))
             metadata["refiner/state"] = dg.MetadataValue.text("published")
         context.add_output_metadata(metadata)
 
@@ -397,7 +303,7 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         )
         run_version = f"v-{short_run_id(self._run_id)}" if self._run_id else None
         skip_missing = allow_missing(context) and partitions != [None]
-        loaded = {}
+        loaded: dict[str | None, Any] = {}
         for key in partitions:
             try:
                 version = locate(storage, asset_path, key, mode, run_version)
@@ -453,17 +359,6 @@ class RefinerBlobIOManager(_RefinerIOManager):
 
     _asset_mode: ClassVar[AssetForm] = mdr.BlobAssetConfig.form
 
-    def _asset_config(self, settings: AssetSettings) -> mdr.BlobAssetConfig:
-        return mdr.BlobAssetConfig(
-            subdir=settings.subdir,
-            target_bytes=settings.target_bytes,
-            missing_policy=settings.missing_policy,
-            max_in_flight=settings.max_in_flight,
-            source_storage_options=self.resolved_source_options(),
-            dedupe=settings.dedupe,
-            checksum=settings.checksum,
-        )
-
 
 class RefinerFileIOManager(_RefinerIOManager):
     """Runs an asset's lazy pipeline and copies each asset to its own file (``FileAssetConfig``).
@@ -483,17 +378,24 @@ class RefinerFileIOManager(_RefinerIOManager):
 
     _asset_mode: ClassVar[AssetForm] = mdr.FileAssetConfig.form
 
-    def _asset_config(self, settings: AssetSettings) -> mdr.FileAssetConfig:
-        return mdr.FileAssetConfig(
-            subdir=settings.subdir,
-            missing_policy=settings.missing_policy,
-            max_in_flight=settings.max_in_flight,
-            source_storage_options=self.resolved_source_options(),
-            checksum=settings.checksum,
-        )
-
 
 # helpers ---------------------------------------------------------------------------
+
+
+def writer_for(
+    context: dg.OpExecutionContext | dg.AssetCheckExecutionContext, io_manager_key: str, who: str
+) -> DatasetWriter:
+    """The :class:`DatasetWriter` of the refiner IO manager bound to ``io_manager_key`` in
+    the step's resources; ``who`` names the asset or check in the error when the key is
+    bound to something else."""
+    resource = getattr(context.resources, io_manager_key)
+    if not isinstance(resource, _RefinerIOManager):
+        raise dg.DagsterInvalidDefinitionError(
+            f"{who}: resource {io_manager_key!r} is a {type(resource).__name__}, not a refiner "
+            f"IO manager; bind {io_manager_key!r} to rd.RefinerBlobIOManager() or "
+            "rd.RefinerFileIOManager() in Definitions(resources=...)"
+        )
+    return resource.writer(context.instance)
 
 
 def _as_pipeline(obj: Any, where: str) -> mdr.Pipeline:
@@ -526,6 +428,6 @@ __all__ = [
     "LOAD_MODES",
     "RefinerBlobIOManager",
     "RefinerFileIOManager",
-    "committed_counters",
+    "writer_for",
     "written_metadata",
 ]

@@ -135,7 +135,7 @@ def dataset_path(context: dg.InputContext) -> list[str]:
     metadata = upstream.definition_metadata if upstream is not None else {}
     dataset = unwrap_metadata((metadata or {}).get(DATASET_KEY))
     if dataset:
-        return dg.AssetKey.from_user_string(str(dataset)).path
+        return list(dg.AssetKey.from_user_string(str(dataset)).path)
     return list(context.asset_key.path)
 
 

@@ -19,7 +19,6 @@ run key, which Dagster skips (run keys carry the content version).
 
 from __future__ import annotations
 
-import bisect
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,8 +31,11 @@ MAX_PASSES = 32
 
 
 class _Source(Protocol):
-    path: str
-    modified: float | None
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def modified(self) -> float | None: ...
 
 
 @dataclass
@@ -56,9 +58,8 @@ class OrderedCursor:
         """``listed_at`` of the pass that covered ``path``, or ``None`` for a new name."""
         if self.passes and self.passes[-1][0] is None:
             return self.passes[-1][1]
-        keys = [key for key, _ in self.passes]
-        at = bisect.bisect_left(keys, path)  # type: ignore[arg-type]
-        return self.passes[at][1] if at < len(self.passes) else None
+        # the first pass whose key is at or after ``path`` (keys ascend)
+        return next((at for key, at in self.passes if key is None or path <= key), None)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OrderedCursor:

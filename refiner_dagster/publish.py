@@ -1,6 +1,7 @@
 """Write → audit → publish: a written version is reduced, checked, and only then published.
 
-A dataset asset's IO manager *writes* a version; :func:`finalize_version` then
+A dataset asset's IO manager *writes* a version;
+:meth:`~refiner_dagster.writer.DatasetWriter.finalize` then
 
 1. **reduces** it: the engine's finalization stages keep one attempt per shard, delete
    rejected attempts' files and blocks, commit Lance fragments and write
@@ -49,7 +50,6 @@ __all__ = [
     "AuditPolicy",
     "audit_version",
     "error_failures",
-    "finalize_version",
     "publish_version",
     "reduce_version",
     "run_liveness",
@@ -205,29 +205,6 @@ def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:
             "Materialize the asset again once that run is done",
             winner=current.run_id,
         )
-
-
-def finalize_version(
-    version: DatasetVersion,
-    *,
-    audit: AuditPolicy | None = None,
-    is_live: RunLiveness | None = None,
-) -> DatasetSummary:
-    """Reduce ``version``, audit it (when ``audit`` is given) and publish it.
-
-    Idempotent: finalizing an already published version runs the reducer again
-    (nothing left to delete) and re-writes the same pointer. Returns the summary the
-    reducer wrote to ``<version>/_refiner/summary.json``. Raises
-    :class:`AuditFailedError` without publishing when an ERROR-severity check fails.
-    """
-    summary = reduce_version(version)
-    if audit is not None:
-        results = audit_version(version, summary, audit)
-        failed = error_failures(results)
-        if failed:
-            raise audit_failure(version, failed, results)
-    publish_version(version, summary, is_live=is_live)
-    return summary
 
 
 def audit_failure(

@@ -51,6 +51,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import json
 import time
@@ -174,7 +175,7 @@ def _modified_at(info: Mapping[str, Any]) -> float | None:
         stamp = info.get(key)
         if isinstance(stamp, int | float):
             return float(stamp)
-        if hasattr(stamp, "timestamp"):
+        if isinstance(stamp, datetime.datetime):
             return stamp.timestamp()
     return None
 

@@ -41,8 +41,10 @@ import dagster as dg
 import refiner_core as mdr
 from refiner_core.io import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, read_pointer
 from refiner_core.manifests import DatasetSummary
+from refiner_core.vocabulary import FORMATS, Format
 
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
+_FORMATS: dict[str, Format] = {name: name for name in FORMATS}
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _HEX = re.compile(r"[^0-9a-f]")
@@ -104,8 +106,14 @@ class DatasetVersion:
         return self.folder.url_of(self.name)
 
     @property
-    def format(self) -> str:
-        return self.record.get("format", "parquet")
+    def format(self) -> Format:
+        value = self.record.get("format", "parquet")
+        if value not in _FORMATS:
+            raise ValueError(
+                f"{self.describe()} records format {value!r}, not one of {', '.join(FORMATS)}; "
+                "its record was not written by refiner: materialize the asset again"
+            )
+        return _FORMATS[value]
 
     @property
     def state(self) -> str:

@@ -24,8 +24,9 @@ checks. ``episode_thumbnails`` (and its finalization) is declared in YAML
 instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
-``episodes_export`` job is the fan-out write graph (plan -> write x N -> finalize)
-exporting the episodes to JSONL under ``<demo data dir>/exports/episodes``.
+``episodes_export`` job materializes ``episodes_jsonl``, a fan-out dataset asset
+(``build_dataset_asset``: plan -> write x 4 -> finalize) writing the labeled episodes
+as JSONL, images copied one file each.
 
 Where data lands: generated inputs under :func:`~refiner_dagster.demo.data.demo_data_dir`
 (``$DAGSTER_HOME/refiner_demo`` by default), dataset versions under
@@ -41,9 +42,9 @@ import refiner_core as mdr
 from refiner_dagster import (
     RefinerBlobIOManager,
     RefinerFileIOManager,
+    build_dataset_asset,
     build_dataset_checks,
     build_finalization_asset,
-    build_write_job,
 )
 from refiner_dagster.demo import defs as component_defs_folder
 from refiner_dagster.demo.data import (
@@ -79,7 +80,7 @@ async def label_episode(row: mdr.Row) -> dict:
     return {"label": "long" if row.num_frames > LONG_EPISODE_FRAMES else "short"}
 
 
-async def score_batch(rows: list[mdr.Row]) -> list[dict]:
+async def score_batch(rows: list[mdr.Row]) -> list[mdr.Row]:
     """A stand-in batch model: one score per row in [0, 1], computed per batch."""
     await asyncio.sleep(0)
     longest = max(row.num_frames for row in rows)
@@ -95,11 +96,11 @@ def with_gap(row: mdr.Row) -> mdr.Row:
     return row.update(frames=frames)
 
 
-def build_export() -> mdr.PipelineSequence:
-    """The export the ``episodes_export`` job fans out: 4 shards, JSONL, frame paths as is."""
+def export_pipeline(context: dg.OpExecutionContext) -> mdr.Pipeline:
+    """The labeled episodes in 4 shards, one per write step of ``episodes_jsonl``."""
     demo = ensure_demo_data()
     pipeline = mdr.read_parquet(str(demo.table), dtypes=source_dtypes(), num_shards=4)
-    return pipeline.map_async(label_episode).write_jsonl(str(demo.root / "exports" / "episodes"))
+    return pipeline.map_async(label_episode)
 
 
 # assets ----------------------------------------------------------------------------
@@ -188,6 +189,15 @@ def episodes_with_gap() -> mdr.Pipeline:
 
 episodes_with_gap_finalized = build_finalization_asset(episodes_with_gap)
 
+episodes_jsonl = build_dataset_asset(
+    export_pipeline,
+    name="episodes_jsonl",
+    io_manager_key="refiner_files",
+    group_name=GROUP,
+    metadata={"refiner/format": "jsonl"},
+    max_tasks=4,
+)
+
 FINALIZATION_ASSETS = [
     episode_dataset_finalized,
     episode_dataset_repacked_finalized,
@@ -199,6 +209,7 @@ DEMO_ASSETS = [
     episode_dataset,
     episode_dataset_repacked,
     episodes_with_gap,
+    episodes_jsonl,
     *FINALIZATION_ASSETS,
 ]
 DEMO_CHECKS = [check for final in FINALIZATION_ASSETS for check in build_dataset_checks(final)]
@@ -234,10 +245,9 @@ demo_drop_sensor = build_source_sensor(
         "or with `dagster sensor start demo_drop_sensor -w workspace.yaml`."
     ),
 )
-episodes_export = build_write_job(
-    "refiner_dagster.demo.definitions:build_export",
-    name="episodes_export",
-    max_tasks=4,
+episodes_export = dg.define_asset_job(
+    "episodes_export",
+    selection=[episodes_jsonl],
     description="Fan-out write: plan the export's shards, write them in parallel, finalize.",
 )
 
@@ -260,7 +270,7 @@ def _component_defs() -> dg.Definitions:
         if spec.get("type") != "refiner_dagster.RefinerDatasetComponent":
             raise ValueError(f"{declared}: the demo only declares RefinerDatasetComponent datasets")
         component = RefinerDatasetComponent.model_validate(spec.get("attributes") or {})
-        loaded.append(component.build_defs(None))
+        loaded.append(component.dataset_defs())
     return dg.Definitions.merge(*loaded)
 
 

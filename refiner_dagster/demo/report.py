@@ -43,11 +43,13 @@ _SHOWN: tuple[tuple[str, tuple[str, ...]], ...] = (
         "episodes_with_gap_finalized",
         ("rows_written", "missing_assets", "cells_nulled", "rows_dropped"),
     ),
+    ("episodes_jsonl", ("rows_written", "assets_written", "shards", "refiner/write_steps")),
 )
 CHECKED_ASSETS = (
     "episode_dataset_finalized",
     "episode_dataset_repacked_finalized",
     "episodes_with_gap_finalized",
+    "episodes_jsonl",
 )
 CHECK_NAMES = ("missing_assets", "reference_integrity")
 # The demo points one frame at a file that does not exist, so this check fails by design.

@@ -10,6 +10,7 @@ import pytest
 
 import refiner_core as mdr
 import refiner_dagster as rd
+from refiner_dagster.checks import MISSING_ASSETS_CHECK, REFERENCE_INTEGRITY_CHECK
 
 from .test_io_manager import current_pointer, partition_root
 
@@ -47,10 +48,10 @@ def test_checks_pass_on_a_clean_dataset(dagster_instance, media, fmt):
     result = run(dagster_instance, assets, checks)
     assert result.success
     found = evaluations(result)
-    assert set(found) == {rd.MISSING_ASSETS_CHECK, rd.REFERENCE_INTEGRITY_CHECK}
-    missing = found[rd.MISSING_ASSETS_CHECK]
+    assert set(found) == {MISSING_ASSETS_CHECK, REFERENCE_INTEGRITY_CHECK}
+    missing = found[MISSING_ASSETS_CHECK]
     assert missing.passed and missing.metadata["missing_assets"].value == 0
-    integrity = found[rd.REFERENCE_INTEGRITY_CHECK]
+    integrity = found[REFERENCE_INTEGRITY_CHECK]
     assert integrity.passed
     meta = {k: v.value for k, v in integrity.metadata.items()}
     assert meta["references_total"] == 5 and meta["references_checked"] == 5
@@ -65,7 +66,7 @@ def test_missing_assets_warn_with_counts(dagster_instance, media, policy, nulled
     assets, checks = dataset(files, policy=policy)
     result = run(dagster_instance, assets, checks)
     assert result.success  # WARN does not fail the run
-    check = evaluations(result)[rd.MISSING_ASSETS_CHECK]
+    check = evaluations(result)[MISSING_ASSETS_CHECK]
     assert not check.passed
     assert check.severity == dg.AssetCheckSeverity.WARN
     meta = {k: v.value for k, v in check.metadata.items()}
@@ -76,7 +77,7 @@ def test_missing_assets_warn_with_counts(dagster_instance, media, policy, nulled
         "missing_policy": policy,
     }
     # null cells are not broken references
-    assert evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK].passed
+    assert evaluations(result)[REFERENCE_INTEGRITY_CHECK].passed
 
 
 def test_integrity_fails_on_a_corrupted_reference(dagster_instance, media):
@@ -99,7 +100,7 @@ def test_integrity_fails_on_a_corrupted_reference(dagster_instance, media):
         selection=dg.AssetSelection.checks(*checks),
         raise_on_error=False,
     )
-    check = evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK]
+    check = evaluations(result)[REFERENCE_INTEGRITY_CHECK]
     assert not check.passed
     assert check.severity == dg.AssetCheckSeverity.ERROR
     assert check.metadata["failures"].value == 1
@@ -109,16 +110,14 @@ def test_integrity_fails_on_a_corrupted_reference(dagster_instance, media):
     # a deleted block is reported too
     os.remove(rows[1]["image"]["path"])
     result = run(dagster_instance, assets, checks, selection=dg.AssetSelection.checks(*checks))
-    check = evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK]
+    check = evaluations(result)[REFERENCE_INTEGRITY_CHECK]
     assert not check.passed and "does not exist" in check.metadata["first_failures"].value
 
 
 def test_integrity_samples_large_datasets(dagster_instance, media):
     assets, checks = dataset(media(6), sample_threshold=4, sample_size=3)
     result = run(dagster_instance, assets, checks)
-    meta = {
-        k: v.value for k, v in evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK].metadata.items()
-    }
+    meta = {k: v.value for k, v in evaluations(result)[REFERENCE_INTEGRITY_CHECK].metadata.items()}
     assert meta["references_total"] == 6
     assert meta["references_checked"] == 3
     assert meta["sampling_rate"] == 0.5
@@ -127,7 +126,7 @@ def test_integrity_samples_large_datasets(dagster_instance, media):
 def test_integrity_for_copied_files(dagster_instance, media):
     assets, checks = dataset(media(3))
     result = run(dagster_instance, assets, checks, manager=rd.RefinerFileIOManager(num_workers=1))
-    assert evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK].passed
+    assert evaluations(result)[REFERENCE_INTEGRITY_CHECK].passed
     rows = mdr.read_parquet(
         current_pointer(partition_root(dagster_instance, "episodes"))["url"]
     ).materialize()
@@ -139,7 +138,7 @@ def test_integrity_for_copied_files(dagster_instance, media):
         manager=rd.RefinerFileIOManager(num_workers=1),
         selection=dg.AssetSelection.checks(*checks),
     )
-    check = evaluations(result)[rd.REFERENCE_INTEGRITY_CHECK]
+    check = evaluations(result)[REFERENCE_INTEGRITY_CHECK]
     assert not check.passed and "file" in check.metadata["first_failures"].value
 
 
@@ -168,4 +167,4 @@ def test_checks_follow_the_partitions(dagster_instance, media):
     found = evaluations(result)
     assert all(e.passed for e in found.values())
     assert {e.partition for e in found.values()} == {"b"}
-    assert found[rd.REFERENCE_INTEGRITY_CHECK].metadata["references_total"].value == 1
+    assert found[REFERENCE_INTEGRITY_CHECK].metadata["references_total"].value == 1

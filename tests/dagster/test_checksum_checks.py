@@ -8,6 +8,7 @@ import pytest
 import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_core.io.checksum import checksum_of
+from refiner_dagster.checks import REFERENCE_INTEGRITY_CHECK
 
 from .test_io_manager import current_pointer, partition_root
 
@@ -33,9 +34,7 @@ def _integrity(instance, assets, checks, **kwargs):
         **kwargs,
     )
     (found,) = [
-        e
-        for e in result.get_asset_check_evaluations()
-        if e.check_name == rd.REFERENCE_INTEGRITY_CHECK
+        e for e in result.get_asset_check_evaluations() if e.check_name == REFERENCE_INTEGRITY_CHECK
     ]
     return found, {k: v.value for k, v in found.metadata.items()}
 

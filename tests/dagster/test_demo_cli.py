@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import refiner_core as mdr
+import refiner_dagster as rd
 from refiner_dagster.demo.data import expected_counts, read_png_size
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def test_demo_script_is_quiet(demo_home: DemoHome) -> None:
     assert len(lines) < 60, demo_home.stdout
     assert not [line for line in lines if "DEBUG" in line or "Warning" in line]
     # Steps with durations, and the check that fails on purpose marked as expected.
-    assert any(line.startswith("Run ") and "SUCCESS, 10 steps" in line for line in lines)
+    assert any(line.startswith("Run ") and "SUCCESS, 16 steps" in line for line in lines)
     assert any(line.split()[:1] == ["episode_dataset_repacked"] and " s " in line for line in lines)
     expected = "missing_assets failed, WARN (expected: one frame file is missing on purpose)"
     gap = f"episodes_with_gap_finalized: {expected}; reference_integrity passed"
@@ -252,7 +253,7 @@ def test_demo_automation_and_fanout_job(
     assert set(groups.values()) == {"refiner_demo"}
     assert {"episodes", *FINALIZATIONS} <= set(groups)
 
-    # The fan-out export job: plan -> 4 write steps -> finalize, into the demo data dir.
+    # The fan-out export job: plan -> 4 write steps -> finalize, a published JSONL dataset.
     monkeypatch.setenv("REFINER_DEMO_DATA_DIR", str(demo_home.home / "refiner_demo"))
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("episodes_export").execute_in_process(instance=instance)
@@ -261,13 +262,15 @@ def test_demo_automation_and_fanout_job(
             e
             for e in result.all_events
             if e.event_type == dg.DagsterEventType.STEP_SUCCESS
-            and e.step_key.startswith("episodes_export_write")
+            and e.step_key.startswith("episodes_jsonl.episodes_jsonl_write[")
         ]
         assert len(writes) == 4
-        summary = result.output_value()
-    assert summary.counters["rows_written"] == 24
-    exported = mdr.read_jsonl(str(demo_home.home / "refiner_demo" / "exports" / "episodes"))
-    assert sorted(r["episode_id"] for r in exported.materialize()) == sorted(
+        storage = rd.DatasetStorage(os.path.join(instance.storage_directory(), "refiner"))
+        published = storage.current(["episodes_jsonl"], None)
+        assert published is not None and published.format == "jsonl"
+        assert published.summary().counters["rows_written"] == 24
+        exported = mdr.read_jsonl(published.url).materialize()
+    assert sorted(r["episode_id"] for r in exported) == sorted(
         f"episode_{i:03d}" for i in range(24)
     )
 

@@ -20,7 +20,10 @@ import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_core import integration, manifests
 from refiner_core.manifests._attempts import parse_attempt_key
+from refiner_dagster.checks import MISSING_ASSETS_CHECK, REFERENCE_INTEGRITY_CHECK
 from refiner_dagster.fanout import attempt_id_for
+from refiner_dagster.fanout_steps import group_shards
+from refiner_dagster.storage import short_run_id
 from tests.dagster import fanout_defs as defs
 from tests.dagster.fanout_defs import expected_rows, published, rows_of
 
@@ -69,7 +72,7 @@ def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env
     # the asset audits its own version before publishing: nothing for build_dataset_checks
     assert rd.build_dataset_checks(defs.frames) == []
     assert sorted(s.name for s in defs.frames.check_specs) == sorted(
-        [rd.MISSING_ASSETS_CHECK, rd.REFERENCE_INTEGRITY_CHECK]
+        [MISSING_ASSETS_CHECK, REFERENCE_INTEGRITY_CHECK]
     )
     result = dg.materialize(
         [defs.frames, downstream],
@@ -83,7 +86,7 @@ def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env
     assert writes == [f"frames.frames_write[task_{i:05d}]" for i in range(3)]
 
     version = published("frames")
-    assert version.name == f"v-{rd.short_run_id(result.run_id)}"
+    assert version.name == f"v-{short_run_id(result.run_id)}"
     assert rows_of(version) == expected_rows()
     summary = version.summary()
     assert summary.shards == 6 and summary.rows_written == defs.NUM_ROWS
@@ -101,7 +104,7 @@ def test_in_process_fanout_is_an_io_manager_dataset(dagster_instance, fanout_env
     assert materialization.metadata["refiner/state"].value == "published"
     assert materialization.metadata["shards"].value == 6
     evaluations = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-    assert evaluations == {rd.MISSING_ASSETS_CHECK: True, rd.REFERENCE_INTEGRITY_CHECK: True}
+    assert evaluations == {MISSING_ASSETS_CHECK: True, REFERENCE_INTEGRITY_CHECK: True}
 
     # the same storage layout and version record as the IO-manager path
     record = json.loads(version.folder.read_bytes(f"_versions/{version.name}.json"))
@@ -126,9 +129,9 @@ def test_a_failed_audit_blocks_publication(dagster_instance, fanout_env):
     )
     assert not failed.success
     evaluations = {c.check_name: c for c in failed.get_asset_check_evaluations()}
-    missing = evaluations[rd.MISSING_ASSETS_CHECK]
+    missing = evaluations[MISSING_ASSETS_CHECK]
     assert not missing.passed and missing.severity == dg.AssetCheckSeverity.ERROR
-    assert evaluations[rd.REFERENCE_INTEGRITY_CHECK].passed
+    assert evaluations[REFERENCE_INTEGRITY_CHECK].passed
     # readers keep the version they had; the failed run left no materialization
     assert published("audited").name == before.name
     assert [e.asset_key for e in failed.get_asset_materialization_events()] == []
@@ -208,10 +211,10 @@ def test_reexecution_from_failure_writes_only_uncommitted_shards(
         parent = failed.run_id
     storage = defs.refiner_resource().storage()
     assert storage.current(["frames_once"], None) is None  # nothing published
-    version = storage.version(["frames_once"], None, f"v-{rd.short_run_id(parent)}")
+    version = storage.version(["frames_once"], None, f"v-{short_run_id(parent)}")
     first = set(
         integration.choose_committed(
-            manifests.read_manifests(version.output_folder()), rd.short_run_id(parent)
+            manifests.read_manifests(version.output_folder()), short_run_id(parent)
         )
     )
     assert first == {"00000", "00001", "00002", "00004", "00005"}
@@ -324,6 +327,39 @@ def test_pool_and_static_steps(fanout_env):
         rd.build_dataset_asset(defs.frames_pipeline, name="x", max_tasks=0)
 
 
+def test_static_write_steps_write_in_process_and_spare_ones_finish_at_once(
+    dagster_instance, fanout_env
+):
+    asset = rd.build_dataset_asset(defs.frames_pipeline, name="fixed", static_tasks=4, max_tasks=2)
+    result = dg.materialize(
+        [asset], instance=dagster_instance, resources={"refiner": defs.refiner_resource()}
+    )
+    assert result.success
+    written = {
+        e.step_key.split(".")[-1]: e.event_specific_data.metadata["shards_written"].value
+        for e in step_events(result, "STEP_OUTPUT")
+        if "_write_" in e.step_key
+    }
+    assert written == {
+        "fixed_write_00000": 3,
+        "fixed_write_00001": 3,
+        "fixed_write_00002": 0,
+        "fixed_write_00003": 0,
+    }
+    assert rows_of(published("fixed")) == expected_rows()
+
+
+def test_the_asset_lands_in_its_group(fanout_env):
+    for static_tasks in (None, 2):
+        asset = rd.build_dataset_asset(
+            defs.frames_pipeline, name="grouped", group_name="robotics", static_tasks=static_tasks
+        )
+        assert asset.group_names_by_key == {dg.AssetKey("grouped"): "robotics"}
+        resources = {"refiner": rd.RefinerBlobIOManager()}
+        specs = dg.Definitions(assets=[asset], resources=resources).resolve_all_asset_specs()
+        assert [s.group_name for s in specs] == ["robotics"]
+
+
 def test_a_bad_format_is_refused_when_the_asset_is_built():
     with pytest.raises(ValueError) as caught:
         rd.build_dataset_asset(
@@ -401,3 +437,11 @@ def test_plan_of_10000_shards_yields_at_most_max_tasks_write_steps(dagster_insta
     assert len(shard_ids) == len(set(shard_ids)) == 10_000
     sizes = {len(t.value.shards) for t in tasks}
     assert max(sizes) - min(sizes) <= 1  # shards spread evenly over the write steps
+
+
+def test_shards_are_grouped_into_at_most_max_tasks_even_contiguous_steps():
+    assert group_shards([], max_tasks=3) == []
+    assert group_shards(list(range(5)), max_tasks=8) == [[i] for i in range(5)]
+    assert group_shards(list(range(7)), max_tasks=3) == [[0, 1, 2], [3, 4], [5, 6]]
+    with pytest.raises(ValueError, match="max_tasks must be a positive integer, got 0"):
+        group_shards([1], max_tasks=0)

@@ -57,9 +57,9 @@ def test_the_pointer_does_not_move_when_another_run_finalized_the_version_meanwh
     fanout_env,  # noqa: F811
     monkeypatch,
 ):
-    from refiner_dagster import fanout_steps
+    from refiner_dagster import writer
 
-    reduce = fanout_steps.reduce_version
+    reduce = writer.reduce_version
 
     def reduced_then_taken_over(version, persisted=None):
         summary = reduce(version, persisted)
@@ -67,7 +67,7 @@ def test_the_pointer_does_not_move_when_another_run_finalized_the_version_meanwh
         taken.write(version.output_folder())  # another run's finalization, meanwhile
         return summary
 
-    monkeypatch.setattr(fanout_steps, "reduce_version", reduced_then_taken_over)
+    monkeypatch.setattr(writer, "reduce_version", reduced_then_taken_over)
     result = dg.materialize(
         [defs.frames_once],
         instance=dagster_instance,

@@ -196,9 +196,10 @@ def test_an_older_version_never_replaces_a_newer_published_one(dagster_instance,
     newer = storage.pending(["clips"], None)
     assert newer.name != older.name
 
-    rd.finalize_version(newer)
+    writer = resources["refiner"].writer(dagster_instance)
+    writer.finalize(newer)
     assert storage.current(["clips"], None).name == newer.name
     assert [v.name for v in storage.versions(["clips"], None)] == [newer.name]
     with pytest.raises(RuntimeError, match="superseded"):
-        rd.finalize_version(older)
+        writer.finalize(older)
     assert storage.current(["clips"], None).name == newer.name

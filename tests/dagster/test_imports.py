@@ -26,8 +26,28 @@ def test_public_names_resolve():
     assert issubclass(refiner_dagster.RefinerFileIOManager, dg.ConfigurableIOManager)
 
 
+def test_public_names_are_few_and_each_documented():
+    public = refiner_dagster.__all__
+    assert len(public) <= 20, f"{len(public)} public names: {public}"
+    assert len(set(public)) == len(public)
+    overview = refiner_dagster.__doc__ or ""
+    for name in public:
+        assert f"`{name}`" in overview, f"{name} is not in refiner_dagster's overview docstring"
+        assert (getattr(refiner_dagster, name).__doc__ or "").strip(), f"{name} has no docstring"
+    # nothing but the listed names (and submodules) is importable from the package
+    for name, value in vars(refiner_dagster).items():
+        if not name.startswith("_") and not isinstance(value, type(refiner_dagster)):
+            assert name in public or name == "annotations", name
+
+
 def test_every_config_field_has_a_description():
-    for cls in (refiner_dagster.RefinerBlobIOManager, refiner_dagster.RefinerFileIOManager):
+    from refiner_dagster.fanout import FanoutConfig
+
+    for cls in (
+        refiner_dagster.RefinerBlobIOManager,
+        refiner_dagster.RefinerFileIOManager,
+        FanoutConfig,
+    ):
         for name, field in cls.model_fields.items():
             assert field.description, f"{cls.__name__}.{name} has no description"
 
@@ -62,7 +82,7 @@ def test_docstring_examples_run(tmp_path, monkeypatch):
         assert result.failed == 0, f"{path.name}: {result.failed} docstring example(s) failed"
         attempted[path.stem] = result.attempted
     # the modules with public classes carry runnable examples
-    for name in ("io_manager", "finalization", "checks", "sensors", "schedules", "ops"):
+    for name in ("io_manager", "writer", "finalization", "checks", "sensors", "schedules"):
         assert attempted[name] > 0, name
 
 

@@ -11,7 +11,7 @@ from dagster_aws.s3 import S3Resource
 
 import refiner_core as mdr
 import refiner_dagster as rd
-from refiner_dagster.storage import CURRENT_POINTER
+from refiner_dagster.storage import CURRENT_POINTER, partition_dirname, short_run_id
 
 
 def episodes_asset(files, *, name="episodes", metadata=None, partitions_def=None, shards=2):
@@ -85,7 +85,7 @@ def test_blob_io_manager_writes_publishes_and_loads_references(dagster_instance,
     root = partition_root(dagster_instance, "episodes")
     pointer = current_pointer(root)
     version_dir = os.path.join(root, pointer["version"])
-    assert pointer["version"] == f"v-{rd.short_run_id(result.run_id)}"
+    assert pointer["version"] == f"v-{short_run_id(result.run_id)}"
     assert pointer["url"] == version_dir and pointer["format"] == "parquet"
     assert sorted(n for n in os.listdir(root) if n.startswith("v-")) == [pointer["version"]]
 
@@ -181,7 +181,7 @@ def test_rematerialization_is_atomic(dagster_instance, media):
     # a successful write is not visible until its finalization asset ran
     written = dg.materialize([episodes], instance=dagster_instance, resources=resources)
     assert written.success
-    second_version = f"v-{rd.short_run_id(written.run_id)}"
+    second_version = f"v-{short_run_id(written.run_id)}"
     assert current_pointer(root) == first
     assert sorted(n for n in os.listdir(root) if n.startswith("v-")) == sorted(
         [first["version"], second_version]
@@ -277,11 +277,9 @@ def test_static_and_dynamic_partitions_land_in_separate_folders(dagster_instance
 
     static_root = partition_root(dagster_instance, "by_static")
     dynamic_root = partition_root(dagster_instance, "by_dynamic")
-    assert sorted(os.listdir(static_root)) == sorted(["left", rd.partition_dirname("right/arm")])
-    assert rd.partition_dirname("right/arm").startswith("right_arm-")
-    assert sorted(os.listdir(dynamic_root)) == sorted(
-        [rd.partition_dirname("2024-01-01T00:00"), "b2"]
-    )
+    assert sorted(os.listdir(static_root)) == sorted(["left", partition_dirname("right/arm")])
+    assert partition_dirname("right/arm").startswith("right_arm-")
+    assert sorted(os.listdir(dynamic_root)) == sorted([partition_dirname("2024-01-01T00:00"), "b2"])
     for root in (static_root, dynamic_root):
         for part in os.listdir(root):
             pointer = current_pointer(os.path.join(root, part))
@@ -371,7 +369,7 @@ def test_s3_storage_from_s3_resource(dagster_instance, media, s3_server, s3_buck
     )
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())
-    version = f"v-{rd.short_run_id(result.run_id)}"
+    version = f"v-{short_run_id(result.run_id)}"
     keys = s3_server.keys(s3_bucket)
     assert f"datasets/episodes/{CURRENT_POINTER}" in keys
     blocks = [k for k in keys if k.startswith(f"datasets/episodes/{version}/assets/")]

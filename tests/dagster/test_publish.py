@@ -10,6 +10,7 @@ import pytest
 
 import refiner_core as mdr
 import refiner_dagster as rd
+from refiner_dagster.finalization import dataset_pool
 from refiner_dagster.storage import WRITTEN
 
 from .test_io_manager import current_pointer, output_metadata, partition_root
@@ -203,7 +204,7 @@ def test_usual_asset_arguments_and_default_pool(media):
     assert spec.group_name == "media" and spec.description == "Published episodes."
     assert {"dagster/kind/refiner", "dagster/kind/parquet"} <= set(spec.tags)
     assert finalized.op.tags["dagster/max_retries"] == "2"
-    assert finalized.op.pool == "refiner/episodes" == rd.dataset_pool(episodes.key)
+    assert finalized.op.pool == "refiner/episodes" == dataset_pool(episodes.key)
     assert rd.build_finalization_asset(episodes, name="free", pool=None).op.pool is None
 
 

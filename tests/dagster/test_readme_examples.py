@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import refiner_core as mdr
-import refiner_dagster as rd
+from refiner_dagster.storage import short_run_id
 from tests.dagster import fanout_defs
 
 from .test_fanout import fanout_env  # noqa: F401
@@ -90,7 +90,7 @@ def test_reexecute_from_failure_example_finishes_a_failed_run(dagster_instance):
         "frames_once.frames_once_write[task_00001]",
     ]
     final = fanout_defs.published("frames_once")
-    assert final.name == f"v-{rd.short_run_id(failed.run_id)}"  # the failed run's version
+    assert final.name == f"v-{short_run_id(failed.run_id)}"  # the failed run's version
     assert fanout_defs.rows_of(final) == fanout_defs.expected_rows()
 
 

@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_core.cpus import available_cpus, cgroup_cpu_limit
+from refiner_dagster.settings import validate_asset_metadata
 from refiner_dagster.storage import WRITING
 
 from .test_io_manager import episodes_asset, output_metadata, partition_root
@@ -55,7 +56,7 @@ def test_finalize_inline_takes_booleans_only(dagster_instance, media, value):
 def test_num_workers_zero_fails(dagster_instance, media):
     episodes = episodes_asset(media(1), metadata={"refiner/num_workers": 0})
     with pytest.raises(ValueError, match="refiner/num_workers=0 must be a positive integer"):
-        rd.validate_asset_metadata(episodes.metadata_by_key[episodes.key], where="asset episodes")
+        validate_asset_metadata(episodes.metadata_by_key[episodes.key], where="asset episodes")
     plain = episodes_asset(media(1), name="plain")
     result = dg.materialize(
         [plain],

@@ -16,7 +16,6 @@ from refiner_dagster.component import (
     StorageSettings,
 )
 from refiner_dagster.fanout_steps import FanoutConfig
-from refiner_dagster.ops import PlanConfig
 
 from .test_component import _package
 
@@ -25,7 +24,6 @@ MISSPELLED = [
     (rd.RefinerBlobIOManager, {"target_byte": 1 << 20}, "target_bytes"),
     (rd.RefinerFileIOManager, {"missing_polcy": "set_null"}, "missing_policy"),
     (rd.RefinerFileIOManager, {"storage_option": {"anon": True}}, "storage_options"),
-    (PlanConfig, {"max_task": 4}, "max_tasks"),
     (FanoutConfig, {"maxtasks": 4}, "max_tasks"),
     (S3Settings, {"endpoint": "http://127.0.0.1:9000"}, "endpoint_url"),
     (StorageSettings, {"base_ulr": "/data"}, "base_url"),
@@ -94,7 +92,7 @@ def test_misspelled_io_manager_never_writes_to_the_default_location(dagster_inst
 def test_valid_fields_still_construct(tmp_path):
     manager = rd.RefinerBlobIOManager(base_url=str(tmp_path), target_bytes=1 << 20)
     assert (manager.base_url, manager.target_bytes) == (str(tmp_path), 1 << 20)
-    assert PlanConfig(max_tasks=3).max_tasks == 3
+    assert FanoutConfig(max_tasks=3).max_tasks == 3
 
 
 def test_misspelled_key_in_component_yaml_names_the_intended_key(tmp_path: Path):

@@ -38,6 +38,8 @@ DEMO_ASSETS = {
     "episode_dataset_repacked_finalized",
     "episodes_with_gap",
     "episodes_with_gap_finalized",
+    # a fan-out dataset asset (build_dataset_asset), the episodes_export job's
+    "episodes_jsonl",
     # declared in YAML (RefinerDatasetComponent, demo/defs/episode_thumbnails)
     "episode_thumbnails",
     "episode_thumbnails_finalized",

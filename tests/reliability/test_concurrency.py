@@ -17,6 +17,7 @@ import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_core.io import DataFolder
 from refiner_core.io.ownership import current_owner
+from refiner_dagster.storage import short_run_id
 from tests.dagster.conftest import TELEMETRY_OFF, _instance_template, dagster_home, media  # noqa: F401
 from tests.s3_fixtures import *  # noqa: F403
 
@@ -167,7 +168,7 @@ def test_two_materializations_of_one_dataset_asset_both_land_whole(request, tmp_
         storage = rd.RefinerBlobIOManager().storage(instance)
         current = storage.current(["episodes"], None)
         assert current is not None
-        assert current.name in {f"v-{rd.short_run_id(r)}" for r in run_ids - set(superseded)}
+        assert current.name in {f"v-{short_run_id(r)}" for r in run_ids - set(superseded)}
         rows = list(mdr.read_parquet(current.url).iter_rows())
         assert sorted(r["episode"] for r in rows) == list(range(8))
         for row in rows:

@@ -7,6 +7,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, ClassVar
 
 from ...io.checksum import check_algorithm
@@ -33,7 +34,7 @@ def _caller_stacklevel() -> int:
     Python shows a DeprecationWarning by default only when it is attributed to
     ``__main__``, so the warning must point at the user's line, however deep the call.
     """
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     level = 2
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back

@@ -57,6 +57,7 @@ class Source:
                 done += len(chunk)
                 yield chunk
             return
+        assert self.path is not None
         with open_uncached(self.fs, self.path) as f:  # no read past a reference's end
             f.seek(self.offset)
             left = self.size
@@ -90,7 +91,7 @@ class Filesystems:
         self.policy = policy or SourcePolicy()
         self._cache: dict[str, Any] = {}
 
-    def resolve(self, url: str):
+    def resolve(self, url: str) -> tuple[Any, str]:
         local = self.policy.check(url)
         if SEPARATOR in url:  # a chain's filesystem is made for its inner URL: never shared
             return resolve(url, self.source_options)
