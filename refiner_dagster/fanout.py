@@ -45,6 +45,7 @@ from .fanout_steps import (
     write_step,
 )
 from .finalization import audit_check_specs
+from .lerobot_format import declares_lerobot
 from .publish import AuditPolicy
 from .settings import DATASET_KEY, validate_asset_metadata
 from .storage import DatasetVersion
@@ -138,7 +139,8 @@ def build_dataset_asset(
         sample_size=sample_size,
         seed=seed,
     )
-    check_specs = audit_check_specs(key, policy) if checks else []
+    lerobot = declares_lerobot(metadata)
+    check_specs = audit_check_specs(key, policy, lerobot=lerobot) if checks else []
     spec = FanoutSpec(
         fn,
         key,

@@ -40,6 +40,7 @@ from refiner_core.vocabulary import AssetForm, Format, MissingPolicy
 
 from .finalization import published_metadata
 from .instance_storage import default_base_url
+from .lerobot_format import LeRobotOptions
 from .loading import (
     allow_missing,
     dataset_path,
@@ -285,6 +286,7 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
                 "dagster_run_id": dagster_run_id,
                 "asset_key": asset_key.to_user_string(),
                 "partition_key": partition,
+                **LeRobotOptions.record_of(settings.lerobot),
             },
             resume=True,
         )
