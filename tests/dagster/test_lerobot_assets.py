@@ -188,3 +188,40 @@ def test_lerobot_settings_are_checked_when_the_definitions_load():
             name="odd_chunks",
             metadata={**LEROBOT, "refiner/lerobot_chunks_size": 2.5},
         )
+
+
+def lerobot_component_pipeline() -> mdr.Pipeline:
+    """The rows the component test declares (module level: the component imports it)."""
+    import os
+
+    return episodes_pipeline(Path(os.environ["LEROBOT_COMPONENT_VIDEOS"]))
+
+
+def test_the_component_declares_a_lerobot_dataset(dagster_instance, tmp_path, monkeypatch):
+    monkeypatch.setenv("LEROBOT_COMPONENT_VIDEOS", str(tmp_path / "videos"))
+    component = rd.RefinerDatasetComponent.model_validate(
+        {
+            "key": "robotics/arm",
+            "pipeline": f"{__name__}:lerobot_component_pipeline",
+            "format": "lerobot",
+            "lerobot": {"fps": FPS, "robot_type": "demo_arm", "chunks_size": 100},
+            "storage": {"base_url": str(tmp_path / "out")},
+        }
+    )
+    defs = component.build_defs(None)
+    finalized = defs.resolve_assets_def(dg.AssetKey(["robotics", "arm_finalized"]))
+    assert VIDEO_INTEGRITY_CHECK in {s.name for s in finalized.check_specs}
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=dagster_instance)
+    assert result.success
+    version = rd.DatasetStorage(str(tmp_path / "out")).current(["robotics", "arm"], None)
+    assert version is not None
+    assert_episodes_read_back(version.url)
+    with pytest.raises(ValueError, match="lerobot"):
+        rd.RefinerDatasetComponent.model_validate(
+            {
+                "key": "robotics/arm",
+                "pipeline": f"{__name__}:lerobot_component_pipeline",
+                "format": "lerobot",
+            }
+        ).build_defs(None)
