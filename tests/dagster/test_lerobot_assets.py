@@ -19,6 +19,7 @@ import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_dagster.demo.robotics import CAMERA, FPS, ensure_robot_episodes, frame_value
 from refiner_dagster.lerobot_format import VIDEO_INTEGRITY_CHECK
+from tests.dagster.test_demo_cli import DemoHome, demo_home  # noqa: F401
 
 CLIPS = {CAMERA: mdr.datatype.video_clip()}
 LEROBOT = {
@@ -225,3 +226,24 @@ def test_the_component_declares_a_lerobot_dataset(dagster_instance, tmp_path, mo
                 "format": "lerobot",
             }
         ).build_defs(None)
+
+
+def test_the_demo_filters_the_drifting_episode_and_publishes_a_verified_dataset(
+    demo_home: DemoHome,  # noqa: F811
+) -> None:
+    out = demo_home.stdout
+    assert "robot_episodes: episodes_generated=4, drifting_filtered_out=1" in out
+    assert "the episode whose camera clock drifts was filtered out upstream" in out
+    lines = [line.strip() for line in out.splitlines()]
+    assert (
+        "robot_episodes_finalized: missing_assets passed; reference_integrity passed; "
+        "video_integrity passed"
+    ) in lines
+    version = rd.DatasetStorage(str(demo_home.home / "storage" / "refiner")).current(
+        ["robot_episodes"], None
+    )
+    assert version is not None
+    episodes = mdr.read_lerobot(version.url, rows="episodes").materialize()
+    assert [e["length"] for e in episodes] == [20, 20, 20]
+    assert mdr.verify_video(version.url).ok
+    assert demo_home.metadata("robot_episodes_finalized")["frames_written"] == 60
