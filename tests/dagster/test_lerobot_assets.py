@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import s3fs
 
 import refiner_core as mdr
 import refiner_dagster as rd
@@ -95,13 +96,19 @@ def test_the_io_manager_writes_an_audited_lerobot_dataset(dagster_instance, tmp_
     def consumer(robot: mdr.Pipeline) -> None:
         seen["rows"] = robot.materialize()
 
+    @dg.asset(ins={"robot": dg.AssetIn(key=finalized.key, metadata={"columns": ["index", CAMERA]})})
+    def picker(robot: mdr.Pipeline) -> None:
+        seen["picked"] = robot.materialize()
+
     assert dg.materialize(
-        [robot, finalized, consumer],
+        [robot, finalized, consumer, picker],
         instance=dagster_instance,
         resources=resources,
-        selection=[consumer],
+        selection=[consumer, picker],
     ).success
     assert len(seen["rows"]) == EPISODES * FRAMES
+    assert sorted(seen["picked"][0].keys()) == sorted(["index", CAMERA])
+    assert seen["picked"][-1][CAMERA]["to_timestamp"] == pytest.approx(2 * SECONDS)
 
 
 def test_fan_out_steps_write_one_lerobot_dataset(dagster_instance, tmp_path):
@@ -124,6 +131,38 @@ def test_fan_out_steps_write_one_lerobot_dataset(dagster_instance, tmp_path):
     # the two write steps' episodes landed in two video files, numbered as one dataset
     videos = sorted(p.name for p in (Path(root) / "videos" / CAMERA / "chunk-000").iterdir())
     assert videos == ["file-000.mp4", "file-001.mp4"]
+
+
+def test_fan_out_steps_write_a_lerobot_dataset_on_s3(
+    dagster_instance, tmp_path, s3_bucket, s3_storage_options
+):
+    def robot(context) -> mdr.Pipeline:
+        return episodes_pipeline(tmp_path / "videos")  # the source videos stay on local disk
+
+    asset = rd.build_dataset_asset(robot, metadata=LEROBOT, max_tasks=2)
+    base = f"s3://{s3_bucket}/datasets"
+    manager = rd.RefinerBlobIOManager(base_url=base, storage_options=s3_storage_options)
+    result = dg.materialize([asset], instance=dagster_instance, resources={"refiner": manager})
+    assert result.success
+    assert check_results(result)[VIDEO_INTEGRITY_CHECK].passed
+    version = rd.DatasetStorage(base, s3_storage_options).current(["robot"], None)
+    assert version is not None
+    fs = s3fs.S3FileSystem(**s3_storage_options)
+    prefix = f"{s3_bucket}/datasets/robot/{version.name}/"
+    keys = sorted(k[len(prefix) :] for k in fs.find(prefix))
+    assert [k for k in keys if not k.startswith("_refiner/")] == [
+        "data/chunk-000/file-000.parquet",
+        "data/chunk-000/file-001.parquet",
+        "meta/episodes/chunk-000/file-000.parquet",
+        "meta/info.json",
+        "meta/stats.json",
+        "meta/tasks.parquet",
+        f"videos/{CAMERA}/chunk-000/file-000.mp4",
+        f"videos/{CAMERA}/chunk-000/file-001.mp4",
+    ]
+    frames = mdr.read_lerobot(version.url, storage_options=s3_storage_options).materialize()
+    assert [r["index"] for r in frames] == list(range(EPISODES * FRAMES))
+    assert mdr.verify_video(version.url, storage_options=s3_storage_options).ok
 
 
 @pytest.mark.parametrize("path", ["io_manager", "fan_out"])
@@ -162,6 +201,23 @@ def test_a_drifting_episode_is_never_published(dagster_instance, tmp_path, path)
     message = failure.step_failure_data.error.message
     assert VIDEO_INTEGRITY_CHECK in message and f"camera {CAMERA}" in message
     assert published_root(tmp_path / "out", "robot")[0] == good
+
+
+def test_an_inline_published_lerobot_dataset_is_audited_too(dagster_instance, tmp_path):
+    @dg.asset(io_manager_key="refiner", metadata={**LEROBOT, "refiner/finalize_inline": True})
+    def robot() -> mdr.Pipeline:
+        return episodes_pipeline(tmp_path / "videos", drifting=EPISODES - 1)
+
+    resources = {"refiner": rd.RefinerBlobIOManager(base_url=str(tmp_path / "out"))}
+    result = dg.materialize(
+        [robot], instance=dagster_instance, resources=resources, raise_on_error=False
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.step_failure_data.error.message
+    assert f"episode {EPISODES - 1}, camera {CAMERA}" in message
+    assert "Readers still see no version" in message
+    assert rd.DatasetStorage(str(tmp_path / "out")).current(["robot"], None) is None
 
 
 def test_lerobot_settings_are_checked_when_the_definitions_load():
