@@ -9,6 +9,9 @@ dataset's published version stays the one it was.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_dagster.demo.robotics import CAMERA, FPS, ensure_robot_episodes, frame_value
 from refiner_dagster.lerobot_format import VIDEO_INTEGRITY_CHECK
+from tests.core.lerobot.test_lerobot_client import lerobot_python  # noqa: F401 (a fixture)
 from tests.dagster.test_demo_cli import DemoHome, demo_home  # noqa: F401
 
 CLIPS = {CAMERA: mdr.datatype.video_clip()}
@@ -29,6 +33,7 @@ LEROBOT = {
     "refiner/lerobot_robot_type": "demo_arm",
 }
 EPISODES, SECONDS = 4, 1.0
+LOAD_SCRIPT = Path(__file__).parents[1] / "core" / "lerobot" / "lerobot_load_script.py"
 FRAMES = round(SECONDS * FPS)
 
 
@@ -303,3 +308,40 @@ def test_the_demo_filters_the_drifting_episode_and_publishes_a_verified_dataset(
     assert [e["length"] for e in episodes] == [20, 20, 20]
     assert mdr.verify_video(version.url).ok
     assert demo_home.metadata("robot_episodes_finalized")["frames_written"] == 60
+
+
+@pytest.mark.timeout(3600)
+def test_lerobot_loads_the_published_dataset(
+    dagster_instance,
+    tmp_path,
+    lerobot_python,  # noqa: F811
+) -> None:
+    @dg.asset(io_manager_key="refiner", metadata=LEROBOT)
+    def robot() -> mdr.Pipeline:
+        return episodes_pipeline(tmp_path / "videos")
+
+    resources = {"refiner": rd.RefinerBlobIOManager(base_url=str(tmp_path / "out"))}
+    assets = [robot, rd.build_finalization_asset(robot)]
+    assert dg.materialize(assets, instance=dagster_instance, resources=resources).success
+    _, root = published_root(tmp_path / "out", "robot")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(
+        [lerobot_python, str(LOAD_SCRIPT), root],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{LOAD_SCRIPT.name} failed:\n{done.stderr[-4000:]}"
+    frames = json.loads(done.stdout)["frames"]
+    ours = mdr.read_lerobot(root).materialize()
+    assert len(frames) == len(ours) == EPISODES * FRAMES
+    for got, want in zip(frames, ours, strict=True):
+        assert (got["episode_index"], got["frame_index"]) == (
+            want["episode_index"],
+            want["frame_index"],
+        )
+        assert got["observation.state"] == pytest.approx(list(want["observation.state"]))
+        expected = frame_value(want["episode_index"], want["frame_index"])
+        assert abs(got[CAMERA] - expected) <= 3, (want["index"], got[CAMERA], expected)
