@@ -101,8 +101,8 @@ def build_dataset_asset(
       steps without an error. Steps left without shards finish at once.
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
-      :func:`~refiner_dagster.build_finalization_asset`; the two checks are the
-      asset's own ``check_specs``.
+      :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with
+      ``refiner/format: lerobot``: ``video_integrity`` too) are the asset's own ``check_specs``.
 
     Example:
         >>> import dagster as dg, refiner_core as mdr

@@ -113,7 +113,8 @@ def build_finalization_asset(
     It loads the written version from the dataset's refiner IO manager and runs write →
     audit → publish: the reducer (rejected-attempt cleanup, Lance commit), then, with
     ``checks=True`` (the default), the ``missing_assets`` and ``reference_integrity``
-    checks declared as its ``check_specs`` on the still unpublished version. The
+    checks declared as its ``check_specs`` on the still unpublished version (and
+    ``video_integrity`` on a ``refiner/format: lerobot`` dataset). The
     ``_current.json`` pointer moves only if no ERROR-severity check failed; otherwise the
     run fails naming the checks and readers keep the previous version. Missing source
     assets are a WARN unless their share is above ``max_missing_fraction``, which makes
