@@ -24,6 +24,7 @@ import refiner_dagster as rd
 from refiner_dagster.demo.robotics import CAMERA, FPS, ensure_robot_episodes, frame_value
 from refiner_dagster.lerobot_format import VIDEO_INTEGRITY_CHECK
 from tests.core.lerobot.test_lerobot_client import lerobot_python  # noqa: F401 (a fixture)
+from tests.dagster.test_component import _package as component_package
 from tests.dagster.test_demo_cli import DemoHome, demo_home  # noqa: F401
 
 CLIPS = {CAMERA: mdr.datatype.video_clip()}
@@ -261,25 +262,33 @@ def lerobot_component_pipeline() -> mdr.Pipeline:
 
 def test_the_component_declares_a_lerobot_dataset(dagster_instance, tmp_path, monkeypatch):
     monkeypatch.setenv("LEROBOT_COMPONENT_VIDEOS", str(tmp_path / "videos"))
-    component = rd.RefinerDatasetComponent.model_validate(
-        {
-            "key": "robotics/arm",
-            "pipeline": f"{__name__}:lerobot_component_pipeline",
-            "format": "lerobot",
-            "lerobot": {"fps": FPS, "robot_type": "demo_arm", "chunks_size": 100},
-            "storage": {"base_url": str(tmp_path / "out")},
-        }
+    defs_module = component_package(
+        tmp_path,
+        "lerobot_component_project",
+        f"""
+        type: refiner_dagster.RefinerDatasetComponent
+        attributes:
+          key: robotics/arm
+          pipeline: {__name__}:lerobot_component_pipeline
+          format: lerobot
+          lerobot: {{fps: {FPS}, robot_type: demo_arm, chunks_size: 100}}
+          storage:
+            base_url: {tmp_path / "out"}
+        """,
+        "",
     )
-    defs = component.build_defs(None)
+    defs = dg.load_defs(defs_root=defs_module, project_root=tmp_path)
     finalized = defs.resolve_assets_def(dg.AssetKey(["robotics", "arm_finalized"]))
     assert VIDEO_INTEGRITY_CHECK in {s.name for s in finalized.check_specs}
     job = defs.resolve_implicit_global_asset_job_def()
     result = job.execute_in_process(instance=dagster_instance)
     assert result.success
+    assert check_results(result)[VIDEO_INTEGRITY_CHECK].passed
     version = rd.DatasetStorage(str(tmp_path / "out")).current(["robotics", "arm"], None)
     assert version is not None
     assert_episodes_read_back(version.url)
-    with pytest.raises(ValueError, match="lerobot"):
+    # format lerobot without its frame rate fails when the definitions load
+    with pytest.raises(ValueError, match="format lerobot needs a lerobot block"):
         rd.RefinerDatasetComponent.model_validate(
             {
                 "key": "robotics/arm",
