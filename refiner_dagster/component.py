@@ -11,6 +11,7 @@ refiner_dagster.RefinerDatasetComponent <folder>`` writes a ``defs.yaml`` like::
       key: robotics/episodes
       pipeline: my_project.pipelines:episodes     # module:function returning mdr.Pipeline
       packing: blobs                              # blobs (packed blocks) | files (one each)
+      format: parquet                             # jsonl | lance | lerobot (+ lerobot: {fps: 30})
       target_bytes: 268435456
       missing_policy: set_null
       storage:
@@ -44,6 +45,8 @@ import refiner_core as mdr
 
 from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
+from .lerobot_component import LeRobotSettings, component_metadata
+from .lerobot_format import LEROBOT_FORMAT
 from .schedules import build_refresh_schedule
 from .strict_fields import StrictFields
 
@@ -165,8 +168,12 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         default="blobs",
         description="'blobs' packs media into blocks; 'files' copies each asset to its own file.",
     )
-    format: Literal["parquet", "jsonl", "lance"] = Field(
-        default="parquet", description="Table format of each version."
+    format: Literal["parquet", "jsonl", "lance", "lerobot"] = Field(
+        default="parquet",
+        description="Table format of each version, or 'lerobot' (a LeRobot v3.0 dataset).",
+    )
+    lerobot: LeRobotSettings | None = Field(
+        default=None, description="With format 'lerobot': fps (required) and LeRobot options."
     )
     target_bytes: int = Field(default=1 << 30, description="Block size target (blobs).")
     missing_policy: Literal["error", "set_null", "drop_row"] = Field(
@@ -219,7 +226,9 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
 
             s3 = S3Resource(**storage.s3.model_dump(exclude_none=True))
         kind = RefinerBlobIOManager if self.packing == "blobs" else RefinerFileIOManager
-        options: dict[str, Any] = {"format": self.format, "missing_policy": self.missing_policy}
+        # a LeRobot dataset says so in its asset metadata; the IO manager writes tables
+        table_format = "parquet" if self.format == LEROBOT_FORMAT else self.format
+        options: dict[str, Any] = {"format": table_format, "missing_policy": self.missing_policy}
         if self.packing == "blobs":
             options["target_bytes"] = self.target_bytes
         return kind(
@@ -246,6 +255,7 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         }
         if self.packing == "blobs":
             metadata["refiner/target_bytes"] = self.target_bytes
+        metadata.update(component_metadata(self.format, self.lerobot, where=f"dataset {self.key}"))
 
         @dg.asset(
             key=key,

@@ -44,6 +44,7 @@ from .fanout_steps import (
     write_step,
 )
 from .finalization import audit_check_specs
+from .lerobot_format import declares_lerobot
 from .publish import AuditPolicy
 from .settings import DATASET_KEY, validate_asset_metadata
 from .storage import DatasetVersion
@@ -99,8 +100,8 @@ def build_dataset_asset(
       steps without an error. Steps left without shards finish at once.
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
-      :func:`~refiner_dagster.build_finalization_asset`; the two checks are the
-      asset's own ``check_specs``.
+      :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with
+      ``refiner/format: lerobot``: ``video_integrity`` too) are the asset's own ``check_specs``.
 
     Example:
         >>> import dagster as dg, refiner_core as mdr
@@ -137,7 +138,8 @@ def build_dataset_asset(
         sample_size=sample_size,
         seed=seed,
     )
-    check_specs = audit_check_specs(key, policy) if checks else []
+    lerobot = declares_lerobot(metadata)
+    check_specs = audit_check_specs(key, policy, lerobot=lerobot) if checks else []
     spec = FanoutSpec(
         fn,
         key,

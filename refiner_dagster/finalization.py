@@ -20,6 +20,7 @@ from refiner_core.manifests import DatasetSummary
 
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD, MISSING_ASSETS_CHECK
 from .checks import REFERENCE_INTEGRITY_CHECK as INTEGRITY_CHECK
+from .lerobot_format import declares_lerobot, lerobot_metadata, video_integrity_spec
 from .metadata import summary_metadata
 from .publish import AuditFailedError, AuditPolicy
 from .settings import DATASET_KEY, LOAD_KEY, validate_asset_metadata
@@ -52,6 +53,7 @@ def published_metadata(version: DatasetVersion, summary: DatasetSummary) -> dict
     if version.partition_key is not None:
         metadata.pop("dagster/row_count", None)
     metadata.update(table_metadata(version, summary))
+    metadata.update(lerobot_metadata(version, summary))
     metadata["refiner/version"] = dg.MetadataValue.text(version.name)
     return metadata
 
@@ -96,7 +98,8 @@ def build_finalization_asset(
     It loads the written version from the dataset's refiner IO manager and runs write →
     audit → publish: the reducer (rejected-attempt cleanup, Lance commit), then, with
     ``checks=True`` (the default), the ``missing_assets`` and ``reference_integrity``
-    checks declared as its ``check_specs`` on the still unpublished version. The
+    checks declared as its ``check_specs`` on the still unpublished version (and
+    ``video_integrity`` on a ``refiner/format: lerobot`` dataset). The
     ``_current.json`` pointer moves only if no ERROR-severity check failed; otherwise the
     run fails naming the checks and readers keep the previous version. Missing source
     assets are a WARN unless their share is above ``max_missing_fraction``, which makes
@@ -166,7 +169,8 @@ def build_finalization_asset(
         prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
     key = dg.AssetKey([*prefix, final_name])
     group = group_name or dataset_asset.group_names_by_key.get(dataset_key)
-    specs = audit_check_specs(key, policy) if checks else []
+    lerobot = declares_lerobot(dataset_asset.metadata_by_key.get(dataset_key))
+    specs = audit_check_specs(key, policy, lerobot=lerobot) if checks else []
     metadata: dict[str, Any] = {DATASET_KEY: dataset_name}
     if checks:
         metadata[AUDITS_KEY] = True
@@ -226,11 +230,15 @@ def build_finalization_asset(
     return _finalize
 
 
-def audit_check_specs(key: dg.AssetKey, policy: AuditPolicy) -> list[dg.AssetCheckSpec]:
-    """The blocking ``missing_assets`` and ``reference_integrity`` specs audited before publishing."""
+def audit_check_specs(
+    key: dg.AssetKey, policy: AuditPolicy, *, lerobot: bool = False
+) -> list[dg.AssetCheckSpec]:
+    """The blocking ``missing_assets`` and ``reference_integrity`` specs audited before
+    publishing, and ``video_integrity`` for a LeRobot dataset."""
     threshold = policy.max_missing_fraction
     missing = "Source assets that were missing, and what the missing policy did (WARN"
     missing += f"; ERROR above {threshold:.2%} missing)." if threshold is not None else ")."
+    video = [video_integrity_spec(key)] if lerobot else []
     return [
         dg.AssetCheckSpec(MISSING_ASSETS_CHECK, asset=key, blocking=True, description=missing),
         dg.AssetCheckSpec(
@@ -243,6 +251,7 @@ def audit_check_specs(key: dg.AssetKey, policy: AuditPolicy) -> list[dg.AssetChe
                 "references."
             ),
         ),
+        *video,
     ]
 
 

@@ -43,6 +43,7 @@ from .checks import (
     missing_assets_result,
     scan_references,
 )
+from .lerobot_format import LEROBOT_FORMAT, video_integrity_result
 from .storage import DatasetVersion
 
 __all__ = [
@@ -143,7 +144,8 @@ def reduce_version(
 def audit_version(
     version: DatasetVersion, summary: DatasetSummary, policy: AuditPolicy
 ) -> list[dg.AssetCheckResult]:
-    """The ``missing_assets`` and ``reference_integrity`` results of a reduced version."""
+    """The ``missing_assets`` and ``reference_integrity`` results of a reduced version, and
+    ``video_integrity`` (always an ERROR when it fails) for a LeRobot version."""
     missing = missing_assets_result(summary, max_missing_fraction=policy.max_missing_fraction)
     report = scan_references(
         version,
@@ -152,10 +154,13 @@ def audit_version(
         seed=policy.seed,
     )
     integrity = integrity_result(report)
-    return [
+    results = [
         _named(missing, MISSING_ASSETS_CHECK),
         _named(integrity, REFERENCE_INTEGRITY_CHECK),
     ]
+    if version.format == LEROBOT_FORMAT:
+        results.append(video_integrity_result(version))
+    return results
 
 
 def _named(result: dg.AssetCheckResult, name: str) -> dg.AssetCheckResult:

@@ -14,6 +14,9 @@ Keys an asset may set in ``metadata=`` (all optional):
 ``refiner/checksum``       ``"sha256"`` or ``"crc32c"``: checksums in references or a sibling column
 =========================  ===================================================
 
+``refiner/format: lerobot`` writes a LeRobot v3.0 dataset; its options are the
+``refiner/lerobot_*`` keys of :mod:`refiner_dagster.lerobot_format`.
+
 Every key and value is checked by :func:`validate_asset_metadata`, which
 :func:`~refiner_dagster.build_finalization_asset`, :func:`~refiner_dagster.build_dataset_checks`
 and the component call when the definitions load, so a typo fails
@@ -37,7 +40,16 @@ from typing import Any
 
 import refiner_core as mdr
 from refiner_core.integration import usable_cpus
-from refiner_core.vocabulary import FORMATS, MISSING_POLICIES, Format, MissingPolicy
+from refiner_core.vocabulary import MISSING_POLICIES, MissingPolicy
+
+from .lerobot_format import (
+    DATASET_FORMATS,
+    LEROBOT_KEYS,
+    DatasetFormat,
+    LeRobotOptions,
+    check_lerobot_value,
+    lerobot_options,
+)
 
 METADATA_PREFIX = "refiner/"
 SETTING_KEYS = (
@@ -65,7 +77,7 @@ IO_MANAGER_SUFFIX = " (IO manager)"
 class AssetSettings:
     """The writer settings of one asset materialization."""
 
-    format: Format
+    format: DatasetFormat
     subdir: str
     missing_policy: MissingPolicy
     target_bytes: int
@@ -74,6 +86,7 @@ class AssetSettings:
     finalize_inline: bool
     dedupe: str | None = None
     checksum: str | None = None
+    lerobot: LeRobotOptions | None = None
 
 
 def unwrap_metadata(value: Any) -> Any:
@@ -129,7 +142,7 @@ def _accepted_by(config: type, value: Any, key: str, where: str) -> Any:
 
 def _check_value(name: str, value: Any, where: str) -> Any:
     if name == "format":
-        return _one_of(value, FORMATS, name, where, "format")
+        return _one_of(value, DATASET_FORMATS, name, where, "format")
     if name == "missing_policy":
         return _one_of(value, MISSING_POLICIES, name, where, "missing_policy")
     if name in ("target_bytes", "max_in_flight", "num_workers"):
@@ -169,10 +182,14 @@ def validate_asset_metadata(metadata: Mapping[str, Any] | None, *, where: str) -
         ):
             continue
         name = key[len(METADATA_PREFIX) :]
+        if name in LEROBOT_KEYS:
+            found[name] = check_lerobot_value(name, unwrap_metadata(raw), where)
+            continue
         if name not in SETTING_KEYS:
-            known = ", ".join(METADATA_PREFIX + k for k in SETTING_KEYS)
+            known = ", ".join(METADATA_PREFIX + k for k in (*SETTING_KEYS, *LEROBOT_KEYS))
             raise ValueError(f"{where}: unknown metadata key {key!r}; known keys: {known}")
         found[name] = _check_value(name, unwrap_metadata(raw), where)
+    lerobot_options(found, where=where)  # LeRobot keys only with format lerobot, fps given
     return found
 
 
@@ -185,7 +202,8 @@ def resolve_settings(
     left unset becomes the CPUs this process may use that other work leaves idle
     (:func:`~refiner_core.integration.usable_cpus`).
     """
-    values = {**defaults, **validate_asset_metadata(metadata, where=where)}
+    found = validate_asset_metadata(metadata, where=where)
+    values = {**defaults, **found}
     checked = {
         name: _check_value(name, values[name], where + IO_MANAGER_SUFFIX)
         for name in SETTING_KEYS
@@ -202,4 +220,5 @@ def resolve_settings(
         finalize_inline=checked.get("finalize_inline", False),
         dedupe=checked.get("dedupe"),
         checksum=checked.get("checksum"),
+        lerobot=lerobot_options({**found, "format": checked["format"]}, where=where),
     )

@@ -43,6 +43,8 @@ from refiner_core.io import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, read_
 from refiner_core.manifests import DatasetSummary
 from refiner_core.vocabulary import FORMATS, Format
 
+from .lerobot_format import LEROBOT_FORMAT, lerobot_writer
+
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
 _FORMATS: dict[str, Format] = {name: name for name in FORMATS}
 
@@ -129,7 +131,9 @@ class DatasetVersion:
 
     def writer(self, pipeline: mdr.Pipeline, assets: Any) -> mdr.PipelineSequence:
         """``pipeline`` writing this version's table with ``assets`` (a Lance version is
-        always a new dataset)."""
+        always a new dataset; a LeRobot version is written by ``write_lerobot``)."""
+        if self.format == LEROBOT_FORMAT:
+            return lerobot_writer(self, pipeline, assets)
         options = {"mode": "create"} if self.format == "lance" else {}
         return pipeline.write(
             self.format,

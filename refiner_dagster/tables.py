@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import refiner_core as mdr
 from refiner_core.vocabulary import FORMATS, AssetForm
 
+from .lerobot_format import LEROBOT_FORMAT, lerobot_schema, open_lerobot
 from .storage import DatasetVersion
 
 _PATH_DTYPES = {
@@ -76,6 +77,8 @@ def _first_data_file(version: DatasetVersion) -> str | None:
 def version_schema(version: DatasetVersion) -> pa.Schema | None:
     """The written table's Arrow schema with asset marks (``None`` for an empty table)."""
     fmt = version.format
+    if fmt == LEROBOT_FORMAT:
+        return lerobot_schema(version)
     if fmt == "parquet":
         first = _first_data_file(version)
         if first is None:
@@ -106,6 +109,8 @@ def open_version(version: DatasetVersion, *, columns: list[str] | None = None) -
         return mdr.read_jsonl(version.url, dtypes=dtypes or None, storage_options=options)
     if fmt == "lance":
         return mdr.read_lance(version.url, columns=columns, storage_options=options)
+    if fmt == LEROBOT_FORMAT:
+        return open_lerobot(version, columns)
     raise ValueError(
         f"{version.describe()} has format {fmt!r}; refiner_dagster reads {', '.join(FORMATS)}"
     )

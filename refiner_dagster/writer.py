@@ -41,6 +41,7 @@ from refiner_core import integration, manifests
 from refiner_core.manifests import AttemptManifest, DatasetSummary, PersistedManifests
 from refiner_core.vocabulary import AssetForm
 
+from .lerobot_format import LeRobotOptions
 from .publish import (
     AuditFailedError,
     AuditPolicy,
@@ -139,6 +140,7 @@ class DatasetWriter:
                 "dagster_run_id": dagster_run_id,
                 "asset_key": asset_key.to_user_string(),
                 "partition_key": partition,
+                **LeRobotOptions.record_of(settings.lerobot),
             },
             resume=True,
         )

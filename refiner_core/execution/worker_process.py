@@ -25,17 +25,17 @@ from .worker import WorkerContext
 PROGRESS_EVERY_S = 0.25
 
 
-class Stopped(BaseException):
+class _Stopped(BaseException):
     """Raised in a worker when the launcher stops it (SIGTERM) after another shard failed."""
 
 
 def _stop_on_sigterm() -> None:
-    """Turn the first SIGTERM into :class:`Stopped` so the running shard unwinds
+    """Turn the first SIGTERM into :class:`_Stopped` so the running shard unwinds
     (aborting its attempt, removing temporary files) and the worker closes its callbacks."""
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Stopped()
+        raise _Stopped()
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -129,7 +129,7 @@ def worker_main(
             )
             send(conn, ShardDone(wid, shard.id, manifest, *reporter.take()))
             current = None
-    except Stopped:  # the launcher stops this worker after another shard failed
+    except _Stopped:  # the launcher stops this worker after another shard failed
         pass
     except BaseException as exc:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # report and close undisturbed

@@ -18,9 +18,13 @@ Assets (group ``refiner_demo``)::
       -> episodes_with_gap        one frame points at a file that does not exist,
                                   missing_policy "set_null"
         -> episodes_with_gap_finalized         (missing_assets = cells_nulled = 1)
+    robot_episodes                4 synthetic episodes x 2 s of one 64x48 H.264 camera as a
+                                  LeRobot dataset (refiner/format: lerobot); episode 3's
+                                  camera clock drifts, so it is filtered out upstream
+      -> robot_episodes_finalized             stats, indices, meta/, video_integrity, publish
 
 Every finalization asset carries the ``missing_assets`` and ``reference_integrity``
-checks. ``episode_thumbnails`` (and its finalization) is declared in YAML
+checks; the LeRobot one also the blocking ``video_integrity``. ``episode_thumbnails`` (and its finalization) is declared in YAML
 instead, as a ``RefinerDatasetComponent`` (``defs/episode_thumbnails/defs.yaml``). ``demo_refresh`` is a job over all of them; ``demo_refresh_daily`` runs it
 at 04:00 UTC and ``demo_drop_sensor`` runs it for every new or changed Parquet file in the
 drop folder (``<demo data dir>/drop``; the files join the source table). The
@@ -53,6 +57,7 @@ from refiner_dagster.demo.data import (
     ensure_demo_data,
     source_dtypes,
 )
+from refiner_dagster.demo.robotics import CAMERA, FPS, ensure_robot_episodes, keeps_time
 from refiner_dagster.schedules import build_refresh_schedule
 from refiner_dagster.sensors import build_source_sensor
 
@@ -60,6 +65,7 @@ GROUP = "refiner_demo"
 GAP_EPISODE = "episode_005"
 GAP_FRAME = "frame_missing.png"
 PACKED_TARGET_BYTES = 4 * 1024
+DRIFTING_EPISODE = 3
 
 
 # pipeline pieces (module level, so worker processes can import them) -----------------
@@ -198,10 +204,43 @@ episodes_jsonl = build_dataset_asset(
     max_tasks=4,
 )
 
+
+@dg.asset(
+    group_name=GROUP,
+    io_manager_key="refiner_blobs",
+    metadata={
+        "refiner/format": "lerobot",
+        "refiner/lerobot_fps": FPS,
+        "refiner/lerobot_robot_type": "demo_arm",
+    },
+    kinds={"refiner", "lerobot"},
+)
+def robot_episodes(context: dg.AssetExecutionContext) -> mdr.Pipeline:
+    """Synthetic robot episodes with real H.264 video, written as a LeRobot v3.0 dataset.
+
+    One episode's camera clock drifts on purpose; it is found from its packet timestamps
+    and filtered out here, upstream, so the blocking ``video_integrity`` check passes.
+    """
+    rows = ensure_robot_episodes(demo_data_dir() / "robot_videos", drifting=DRIFTING_EPISODE)
+    dropped = [i for i, row in enumerate(rows) if not keeps_time(row)]
+    kept = [row for i, row in enumerate(rows) if i not in dropped]
+    context.log.info(f"filtered out drifting episode(s) {dropped} of {len(rows)} upstream")
+    context.add_output_metadata(
+        {
+            "episodes_generated": dg.MetadataValue.int(len(rows)),
+            "drifting_filtered_out": dg.MetadataValue.int(len(dropped)),
+        }
+    )
+    return mdr.from_items(kept, dtypes={CAMERA: mdr.datatype.video_clip()}, items_per_shard=2)
+
+
+robot_episodes_finalized = build_finalization_asset(robot_episodes)
+
 FINALIZATION_ASSETS = [
     episode_dataset_finalized,
     episode_dataset_repacked_finalized,
     episodes_with_gap_finalized,
+    robot_episodes_finalized,
 ]
 DEMO_ASSETS = [
     episodes,
@@ -210,6 +249,7 @@ DEMO_ASSETS = [
     episode_dataset_repacked,
     episodes_with_gap,
     episodes_jsonl,
+    robot_episodes,
     *FINALIZATION_ASSETS,
 ]
 DEMO_CHECKS = [check for final in FINALIZATION_ASSETS for check in build_dataset_checks(final)]

@@ -123,7 +123,7 @@ def test_demo_script_is_quiet(demo_home: DemoHome) -> None:
     assert len(lines) < 60, demo_home.stdout
     assert not [line for line in lines if "DEBUG" in line or "Warning" in line]
     # Steps with durations, and the check that fails on purpose marked as expected.
-    assert any(line.startswith("Run ") and "SUCCESS, 16 steps" in line for line in lines)
+    assert any(line.startswith("Run ") and "SUCCESS, 18 steps" in line for line in lines)
     assert any(line.split()[:1] == ["episode_dataset_repacked"] and " s " in line for line in lines)
     expected = "missing_assets failed, WARN (expected: one frame file is missing on purpose)"
     gap = f"episodes_with_gap_finalized: {expected}; reference_integrity passed"
