@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 import dagster as dg
 import pyarrow as pa
@@ -46,15 +46,14 @@ import pyarrow.parquet as pq
 
 import refiner_core as mdr
 from refiner_core.manifests import DatasetSummary
-from refiner_core.vocabulary import FORMATS
 
 if TYPE_CHECKING:
     from .storage import DatasetVersion
 
-LEROBOT_FORMAT = "lerobot"
+LEROBOT_FORMAT: Final = "lerobot"
 DatasetFormat = Literal["parquet", "jsonl", "lance", "lerobot"]
 """A dataset asset's format: a table format, or a LeRobot v3.0 dataset."""
-DATASET_FORMATS: tuple[str, ...] = (*FORMATS, LEROBOT_FORMAT)
+DATASET_FORMATS: tuple[DatasetFormat, ...] = get_args(DatasetFormat)
 LEROBOT_KEYS = (
     "lerobot_fps",
     "lerobot_robot_type",

@@ -131,8 +131,12 @@ def reduce_version(
             "materialize the dataset asset again"
         )
     version.storage.refuse_superseded(version)
+    fmt = version.format
+    if fmt == LEROBOT_FORMAT:  # its sink needs the dataset's options: the writer knows them
+        sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
+        return sequence.finalize(run_id, persisted=persisted)
     return finalize_output(
-        version.format,
+        fmt,
         version.url,
         run_id,
         assets=asset_config_from_record(version.record),

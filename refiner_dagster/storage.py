@@ -41,12 +41,11 @@ import dagster as dg
 import refiner_core as mdr
 from refiner_core.io import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, read_pointer
 from refiner_core.manifests import DatasetSummary
-from refiner_core.vocabulary import FORMATS, Format
 
-from .lerobot_format import LEROBOT_FORMAT, lerobot_writer
+from .lerobot_format import DATASET_FORMATS, LEROBOT_FORMAT, DatasetFormat, lerobot_writer
 
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
-_FORMATS: dict[str, Format] = {name: name for name in FORMATS}
+_FORMATS: dict[str, DatasetFormat] = {name: name for name in DATASET_FORMATS}
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _HEX = re.compile(r"[^0-9a-f]")
@@ -108,11 +107,11 @@ class DatasetVersion:
         return self.folder.url_of(self.name)
 
     @property
-    def format(self) -> Format:
+    def format(self) -> DatasetFormat:
         value = self.record.get("format", "parquet")
         if value not in _FORMATS:
             raise ValueError(
-                f"{self.describe()} records format {value!r}, not one of {', '.join(FORMATS)}; "
+                f"{self.describe()} records format {value!r}, not one of {', '.join(DATASET_FORMATS)}; "
                 "its record was not written by refiner: materialize the asset again"
             )
         return _FORMATS[value]
@@ -132,11 +131,12 @@ class DatasetVersion:
     def writer(self, pipeline: mdr.Pipeline, assets: Any) -> mdr.PipelineSequence:
         """``pipeline`` writing this version's table with ``assets`` (a Lance version is
         always a new dataset; a LeRobot version is written by ``write_lerobot``)."""
-        if self.format == LEROBOT_FORMAT:
+        fmt = self.format
+        if fmt == LEROBOT_FORMAT:
             return lerobot_writer(self, pipeline, assets)
-        options = {"mode": "create"} if self.format == "lance" else {}
+        options = {"mode": "create"} if fmt == "lance" else {}
         return pipeline.write(
-            self.format,
+            fmt,
             self.url,
             assets=assets,
             storage_options=self.storage_options or None,
