@@ -33,7 +33,7 @@ from ..lance.dataset import schema_from_text, schema_to_text
 from ..manifests import AttemptManifest, AttemptResult
 from ..manifests._attempts import LAYOUT_PATH, attempt_key, parse_attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
-from .protocol import AttemptKey, AttemptWriter, Leftovers
+from .protocol import AttemptKey, AttemptWriter, Committed, Leftovers
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
@@ -89,9 +89,9 @@ class FolderSink:
     ) -> AttemptWriter:  # pragma: no cover
         raise NotImplementedError
 
-    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> Committed:
         """Hook for sinks that need a commit (Lance); plain files are visible already."""
-        return {}
+        return Committed()
 
     def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
         """Nothing to write for an empty result unless the format has data files."""

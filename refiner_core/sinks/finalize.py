@@ -104,9 +104,7 @@ class FinalizeStage:
         keep = {m.key for m in committed.values()}
         fence = Fence(folder, lease)
         fence.check()
-        commit_info = sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
-        # a sink that names its files only when it commits them (LeRobot) lists them here
-        commit_files = list(commit_info.pop("files", ()))
+        commit = sink.commit(sorted(committed.values(), key=lambda m: m.shard_id), run_id)
 
         fence.check()
         empty_files = sink.write_empty_result(committed)
@@ -124,14 +122,14 @@ class FinalizeStage:
             counters=totals,
             files=tuple(
                 sorted(
-                    [*(f for m in committed.values() for f in m.files), *empty_files, *commit_files]
+                    [*(f for m in committed.values() for f in m.files), *empty_files, *commit.files]
                 )
             ),
             asset_dirs=tuple(sorted(d for m in committed.values() for d in m.asset_dirs)),
             asset_subdir=assets.subdir if assets else None,
             asset_mode=assets.form if assets else None,
             missing_policy=assets.missing_policy if assets else None,
-            commit=commit_info,
+            commit=commit.record,
             open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
         )

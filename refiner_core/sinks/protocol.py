@@ -45,6 +45,21 @@ class Leftovers:
     removed: int = 0
 
 
+@dataclass(frozen=True)
+class Committed:
+    """What :meth:`Sink.commit` made visible: ``record``, the JSON the summary keeps as
+    ``commit`` (Lance: the version it committed), and ``files``, the data files a sink
+    that names them only at commit wrote (LeRobot), relative to its folder.
+
+    Example:
+        >>> Committed({"version": 3}).files
+        ()
+    """
+
+    record: dict[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class AttemptWriter(Protocol):
     """Writes one shard attempt; the write stage calls ``write`` per block, then
@@ -93,9 +108,9 @@ class Sink(Protocol):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> AttemptWriter:
         """The writer of one shard attempt."""
 
-    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
-        """Make the kept attempts (one per shard, by shard id) visible, once per run;
-        returns the JSON record the summary keeps as ``commit`` (``{}``: nothing to do)."""
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> Committed:
+        """Make the kept attempts (one per shard, by shard id) visible, once per run
+        (``Committed()``: nothing to do)."""
 
     def write_empty_result(self, committed: dict[str, AttemptManifest]) -> list[str]:
         """When no kept attempt wrote a data file, write what makes the output read back

@@ -27,7 +27,7 @@ from ...manifests import AttemptManifest, read_manifests
 from ...vocabulary import LANCE_MODES, LanceMode
 from ..files import FolderSink
 from ..finalize import remove_attempt
-from ..protocol import AttemptKey, Leftovers
+from ..protocol import AttemptKey, Committed, Leftovers
 from .writer import STATE_DIR, LanceAttemptWriter, journal_paths, state_path
 
 # A version claim older than this belongs to a finalization that died; it is taken over.
@@ -300,8 +300,11 @@ class LanceSink(FolderSink):
             self.folder.rm(relative)
         return leftovers
 
-    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> Committed:
         """Commit every kept fragment in one Lance transaction, exactly once per run."""
+        return Committed(self._commit(committed, run_id))
+
+    def _commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
         state = self.run_state(run_id)
         try:
             record = json.loads(self.folder.read_bytes(state_path("commits", run_id)))

@@ -9,7 +9,7 @@ from ...manifests import AttemptManifest
 from ...manifests._attempts import parse_attempt_key
 from ...validation import check_positive
 from ..files import FolderSink
-from ..protocol import AttemptKey, Leftovers
+from ..protocol import AttemptKey, Committed, Leftovers
 from .attempt import STAGE_DIR, LeRobotAttemptWriter
 from .commit import INFO_PATH, commit_dataset, dataset_files
 
@@ -74,11 +74,11 @@ class LeRobotSink(FolderSink):
     def open_attempt(self, shard_id: str, attempt_id: str, run_id: str) -> LeRobotAttemptWriter:
         return LeRobotAttemptWriter(self, shard_id, attempt_id)
 
-    def commit(self, committed: list[AttemptManifest], run_id: str) -> dict[str, Any]:
+    def commit(self, committed: list[AttemptManifest], run_id: str) -> Committed:
         """Commit the kept attempts (once: a later finalization finds ``meta/info.json``);
-        ``files`` lists every file of the dataset, for the summary."""
+        its ``files`` are every file of the dataset, for the summary."""
         totals = {} if self.folder.exists(INFO_PATH) else commit_dataset(self, committed)
-        return {**totals, "files": dataset_files(self.folder)}
+        return Committed(totals, tuple(dataset_files(self.folder)))
 
     def remove_leftovers(
         self, keep: set[AttemptKey], run_id: str, check: Callable[[], None]
