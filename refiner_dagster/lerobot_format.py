@@ -152,19 +152,26 @@ def declares_lerobot(metadata: Mapping[str, Any] | None) -> bool:
     return getattr(value, "value", value) == LEROBOT_FORMAT
 
 
+def lerobot_sink_options(version: DatasetVersion) -> dict[str, Any]:
+    """The options ``write_lerobot`` wrote ``version`` with, as its record keeps them."""
+    options = LeRobotOptions.from_record(version.record, version.describe())
+    return {
+        "fps": options.fps,
+        "robot_type": options.robot_type,
+        "video_files_size_in_mb": options.video_files_size_in_mb,
+        "data_files_size_in_mb": options.data_files_size_in_mb,
+        "chunks_size": options.chunks_size,
+    }
+
+
 def lerobot_writer(
     version: DatasetVersion, pipeline: mdr.Pipeline, assets: Any
 ) -> mdr.PipelineSequence:
     """``pipeline`` writing ``version`` as a LeRobot dataset; clips are read with the
     source storage options of ``assets`` (the IO manager's asset config), when given."""
-    options = LeRobotOptions.from_record(version.record, version.describe())
     return pipeline.write_lerobot(
         version.url,
-        fps=options.fps,
-        robot_type=options.robot_type,
-        video_files_size_in_mb=options.video_files_size_in_mb,
-        data_files_size_in_mb=options.data_files_size_in_mb,
-        chunks_size=options.chunks_size,
+        **lerobot_sink_options(version),
         storage_options=version.storage_options or None,
         clip_storage_options=getattr(assets, "source_storage_options", None),
     )

@@ -43,7 +43,7 @@ from .checks import (
     missing_assets_result,
     scan_references,
 )
-from .lerobot_format import LEROBOT_FORMAT, video_integrity_result
+from .lerobot_format import LEROBOT_FORMAT, lerobot_sink_options, video_integrity_result
 from .storage import DatasetVersion
 
 __all__ = [
@@ -132,9 +132,6 @@ def reduce_version(
         )
     version.storage.refuse_superseded(version)
     fmt = version.format
-    if fmt == LEROBOT_FORMAT:  # its sink needs the dataset's options: the writer knows them
-        sequence = version.writer(mdr.from_items([]), asset_config_from_record(version.record))
-        return sequence.finalize(run_id, persisted=persisted)
     return finalize_output(
         fmt,
         version.url,
@@ -142,6 +139,7 @@ def reduce_version(
         assets=asset_config_from_record(version.record),
         storage_options=version.storage_options or None,
         persisted=persisted,
+        sink_options=lerobot_sink_options(version) if fmt == LEROBOT_FORMAT else None,
     )
 
 

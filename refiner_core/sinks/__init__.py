@@ -6,6 +6,7 @@ the sink class (imported lazily, so Lance loads only when used).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..manifests import DatasetSummary, PersistedManifests
@@ -32,14 +33,23 @@ def _lance():
     return LanceSink
 
 
+def _lerobot():
+    from .lerobot import LeRobotSink
+
+    return LeRobotSink
+
+
 SINKS = {"parquet": _parquet, "jsonl": _jsonl, "lance": _lance}
+# Finalization also knows the sinks written by their own method (``write_lerobot``).
+FINALIZED_SINKS = {**SINKS, "lerobot": _lerobot}
 
 
-def make_sink(format: str, output: str, **options: Any) -> Sink:
-    """Build the sink registered for ``format``."""
-    if format not in SINKS:
-        raise ValueError(f"unknown output format {format!r}; use one of {sorted(SINKS)}")
-    sink: Sink = SINKS[format]()(output, **options)
+def make_sink(format: str, output: str, *, finalizing: bool = False, **options: Any) -> Sink:
+    """Build the sink registered for ``format`` (``finalizing``: also a LeRobot one)."""
+    known = FINALIZED_SINKS if finalizing else SINKS
+    if format not in known:
+        raise ValueError(f"unknown output format {format!r}; use one of {sorted(known)}")
+    sink: Sink = known[format]()(output, **options)
     return sink
 
 
@@ -52,9 +62,11 @@ def finalize_output(
     filename_template: str | None = None,
     storage_options: dict[str, Any] | None = None,
     persisted: PersistedManifests | None = None,
+    sink_options: Mapping[str, Any] | None = None,
 ) -> DatasetSummary:
     """Finalize engine run ``run_id`` of the output at ``output``, from what it was
-    written with (``format``, ``assets=``, ``filename_template``): no pipeline needed.
+    written with (``format``, ``assets=``, ``filename_template``, and the writer's own
+    ``sink_options``, e.g. ``{"fps": 30}`` for ``"lerobot"``): no pipeline needed.
 
     Reads only the manifests the attempts persisted, so any process may call it once
     the write's shards ran, and again (it is idempotent); returns the summary it wrote
@@ -69,14 +81,17 @@ def finalize_output(
         >>> finalize_output("parquet", out, "0123456789ab").rows_written
         2
     """
-    options: dict[str, Any] = {"assets": assets, "storage_options": storage_options}
+    options: dict[str, Any] = {"storage_options": storage_options, **(sink_options or {})}
+    if format != "lerobot":  # a LeRobot dataset's clips are its assets
+        options["assets"] = assets
     if filename_template is not None:
         options["filename_template"] = filename_template
-    sink = make_sink(format, output, **options)
+    sink = make_sink(format, output, finalizing=True, **options)
     return FinalizeStage(sink).run(run_id, persisted=persisted)
 
 
 __all__ = [
+    "FINALIZED_SINKS",
     "SINKS",
     "AttemptWriter",
     "BlobAssetConfig",

@@ -328,3 +328,19 @@ def test_a_long_remuxed_clip_takes_its_image_statistics_from_keyframes(tmp_path)
         [keyframe] * 2, abs=2 / 255
     )
     assert max(pixel(i, 0) for i in range(15)) / 255 > keyframe + 0.5  # what decoding all shows
+
+
+def test_a_written_dataset_is_finalized_from_its_options_without_a_pipeline(source, tmp_path):
+    from refiner_core.integration import finalize_output
+
+    out = str(tmp_path / "out")
+    write = episode_rows(source).write_lerobot(out, fps=10, chunks_size=2).write_stage
+    write.run_task(write.plan("0123456789ab"), run_id="0123456789ab")
+    summary = finalize_output(
+        "lerobot", out, "0123456789ab", sink_options={"fps": 10, "chunks_size": 2}
+    )
+    assert summary.format == "lerobot" and summary.counters["clips_remuxed"] == 6
+    assert _json(out, "info")["chunks_size"] == 2
+    assert len(rows_of(mdr.read_lerobot(out))) == sum(LENGTHS)
+    with pytest.raises(ValueError, match=r"unknown output format 'lerobot'"):
+        episode_rows(source).write("lerobot", str(tmp_path / "other"))
