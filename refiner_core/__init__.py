@@ -148,11 +148,12 @@ def read_lerobot(
     storage_options: dict[str, Any] | None = None,
     num_shards: int | None = None,
 ) -> Pipeline:
-    """Read a LeRobot v3.0 dataset (local folder or any fsspec URL).
+    """Read a LeRobot v3.0 (or v2.1) dataset (local folder or any fsspec URL).
 
     ``rows="frames"`` gives one row per frame (the columns of ``data/``, plus ``task``),
     each camera a ``video_clip`` of that frame's instant; ``rows="episodes"`` one row per
-    episode with ``episode_index``, ``length``, ``tasks`` and a ``video_clip`` per camera.
+    episode with ``episode_index``, ``length``, ``tasks``, a ``video_clip`` per camera and
+    the episode's statistics, a ``stats/<feature>/<name>`` column each.
     Shards are runs of whole episodes. ``episodes=`` reads only those episodes' data,
     ``video_keys=`` only those cameras. Read clips with :func:`read_clip` or
     :func:`read_frames`.

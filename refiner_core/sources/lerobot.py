@@ -29,7 +29,9 @@ class LeRobotSource:
     ``rows="frames"`` gives the rows of ``data/`` (one per frame) plus, per camera, a
     ``video_clip`` of that frame's instant: ``[t, t + 1/fps)`` where ``t`` is the frame's
     time in its video file. ``rows="episodes"`` gives one row per episode: its
-    ``episode_index``, ``length``, ``tasks`` and one ``video_clip`` per camera.
+    ``episode_index``, ``length``, ``tasks``, one ``video_clip`` per camera and its
+    statistics as the dataset keeps them, one ``stats/<feature>/<name>`` column each
+    (``min``, ``max``, ``mean``, ``std``, ``count``, quantiles when present).
     ``episodes=`` reads only those episodes' data; ``video_keys=`` only those cameras.
     """
 
@@ -65,7 +67,12 @@ class LeRobotSource:
         self.num_shards = num_shards
 
     def _meta(self) -> LeRobotMeta:
-        return load_meta(self.root, self.storage_options, self.video_keys)
+        return load_meta(
+            self.root,
+            self.storage_options,
+            self.video_keys,
+            with_stats=self.rows == "episodes",
+        )
 
     def plan(self, hint: ShardHint | None = None) -> list[Shard]:
         meta = self._meta()
@@ -143,6 +150,11 @@ def _episode_table(episodes: tuple[Episode, ...]) -> pa.Table:
             [c.to_timestamp for c in clips],
         )
         fields.append(field)
+        arrays.append(values)
+    names = sorted({name for e in episodes for name, _ in e.stats})
+    for name in names:
+        values = pa.array([dict(e.stats).get(name) for e in episodes])
+        fields.append(pa.field(name, values.type))
         arrays.append(values)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 

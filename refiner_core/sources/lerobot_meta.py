@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,8 @@ class Episode:
     tasks: tuple[str, ...]
     data_url: str
     videos: tuple[tuple[str, EpisodeVideo], ...]
+    # ``stats/<feature>/<name>`` -> value, as LeRobot keeps them (read only when asked)
+    stats: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,14 @@ def _fail(root: str, what: str) -> ValueError:
 
 
 def load_meta(
-    root: str, storage_options: dict[str, Any] | None, video_keys: list[str] | None
+    root: str,
+    storage_options: dict[str, Any] | None,
+    video_keys: list[str] | None,
+    *,
+    with_stats: bool = False,
 ) -> LeRobotMeta:
-    """Read ``meta/`` of the dataset at ``root``; ``ValueError`` names the file and the fix."""
+    """Read ``meta/`` of the dataset at ``root`` (``with_stats``: each episode's statistics
+    too); ``ValueError`` names the file and the fix."""
     fs, base = resolve(root, storage_options)
     root_url = full_url(fs, base).rstrip("/")
     info_path = posixpath.join(base, "meta", "info.json")
@@ -93,9 +101,11 @@ def load_meta(
         keys = tuple(video_keys)
     fps = float(info["fps"])
     if version == "v2.1":
-        from .lerobot_v21 import v21_episodes, v21_tasks
+        from .lerobot_v21 import v21_episodes, v21_tasks, with_v21_stats
 
         v21 = sorted(v21_episodes(fs, base, root_url, info, keys, fps), key=lambda e: e.index)
+        if with_stats:
+            v21 = with_v21_stats(v21, fs, base, skipped=set(all_keys) - set(keys))
         return LeRobotMeta(root_url, fps, keys, tuple(v21), v21_tasks(fs, base))
     episode_files = sorted(
         fs.glob(posixpath.join(base, "meta", "episodes", "chunk-*", "file-*.parquet"))
@@ -106,12 +116,20 @@ def load_meta(
         )
     episodes: list[Episode] = []
     for path in episode_files:
-        episodes.extend(_episodes_of(fs, path, root_url, info, keys))
+        episodes.extend(_episodes_of(fs, path, root_url, info, keys, with_stats, all_keys))
     episodes.sort(key=lambda e: e.index)
     return LeRobotMeta(root_url, fps, keys, tuple(episodes), _tasks(fs, base, root_url))
 
 
-def _episodes_of(fs: Any, path: str, root: str, info: dict[str, Any], keys: tuple[str, ...]):
+def _episodes_of(
+    fs: Any,
+    path: str,
+    root: str,
+    info: dict[str, Any],
+    keys: tuple[str, ...],
+    with_stats: bool,
+    all_keys: tuple[str, ...],
+) -> Iterator[Episode]:
     wanted = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index"]
     for key in keys:
         wanted += [
@@ -125,8 +143,14 @@ def _episodes_of(fs: Any, path: str, root: str, info: dict[str, Any], keys: tupl
             raise _fail(
                 root, f"{full_url(fs, path)} lacks columns {missing}; is it a v3.0 episodes file?"
             )
+        skipped = set(all_keys) - set(keys)
+        stats = [
+            name
+            for name in schema.names
+            if with_stats and is_stats_column(name) and stats_feature(name) not in skipped
+        ]
         f.seek(0)
-        table = pq.read_table(f, columns=wanted)
+        table = pq.read_table(f, columns=wanted + stats)
     for row in table.to_pylist():
         data = info["data_path"].format(
             chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
@@ -155,7 +179,18 @@ def _episodes_of(fs: Any, path: str, root: str, info: dict[str, Any], keys: tupl
             tuple(row["tasks"] or ()),
             f"{root}/{data}",
             tuple(videos),
+            tuple((name, row[name]) for name in stats),
         )
+
+
+def is_stats_column(name: str) -> bool:
+    """Whether ``name`` is an episode statistic, ``stats/<feature>/<name>``."""
+    return name.startswith("stats/") and name.count("/") >= 2
+
+
+def stats_feature(name: str) -> str:
+    """The feature of statistic column ``stats/<feature>/<name>``."""
+    return name[len("stats/") :].rsplit("/", 1)[0]
 
 
 def _tasks(fs: Any, base: str, root: str) -> dict[int, str]:

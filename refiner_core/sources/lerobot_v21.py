@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from .lerobot_meta import Episode, EpisodeVideo
@@ -45,6 +46,24 @@ def v21_episodes(
         )
         data = f"{root}/{info['data_path'].format(**names)}"
         yield Episode(index, length, tuple(record.get("tasks") or ()), data, videos)
+
+
+def with_v21_stats(episodes: list[Episode], fs: Any, base: str, skipped: set[str]) -> list[Episode]:
+    """``episodes`` with their statistics from ``meta/episodes_stats.jsonl`` (when the
+    dataset has it), named ``stats/<feature>/<name>`` as v3.0 names them; features in
+    ``skipped`` (cameras not asked for) are left out."""
+    path = posixpath.join(base, "meta", "episodes_stats.jsonl")
+    if not fs.exists(path):
+        return episodes
+    by_index: dict[int, tuple[tuple[str, Any], ...]] = {}
+    for _, record in _jsonl(fs, path):
+        by_index[int(record["episode_index"])] = tuple(
+            (f"stats/{feature}/{name}", value)
+            for feature, values in sorted((record.get("stats") or {}).items())
+            if feature not in skipped
+            for name, value in sorted(values.items())
+        )
+    return [replace(e, stats=by_index.get(e.index, ())) for e in episodes]
 
 
 def v21_tasks(fs: Any, base: str) -> dict[int, str]:

@@ -10,7 +10,8 @@ One row per episode:
   episode's start; default ``frame_index / fps``) and ``task`` (a task per frame; default
   the first of ``tasks``) are optional frame lists;
 - optional scalars: ``length`` (checked against the frame lists and clips) and
-  ``episode_index`` (ignored: episodes are numbered 0.. in the order written).
+  ``episode_index`` (ignored: episodes are numbered 0.. in the order written);
+- ``stats/<feature>/<name>`` columns are ignored: the writer computes the statistics.
 
 ``read_lerobot(root, rows="episodes")`` gives such rows without frame data; a
 ``map`` can add the frame lists.
@@ -56,8 +57,8 @@ def row_shape(schema: pa.Schema, where: str) -> RowShape:
         raise ValueError(f"{where}: column 'tasks' is {tasks}; it must be a list of strings")
     cameras, frames = [], []
     for field in schema:
-        if field.name == "tasks" or field.name in SCALARS:
-            continue
+        if field.name == "tasks" or field.name in SCALARS or field.name.startswith("stats/"):
+            continue  # statistics are computed again from the frames
         if is_clip(field.type):
             cameras.append(field.name)
         elif pa.types.is_list(field.type) or pa.types.is_large_list(field.type):

@@ -82,6 +82,15 @@ def test_episode_clips_remux_to_lerobots_frames(recorded):
         (1, 7, ["place"]),
         (2, 6, ["pick"]),
     ]
+    # the statistics LeRobot computed per episode come with the episode rows
+    actions = [f["action"] for f in expected if f["episode_index"] == 1]
+    assert episodes[1]["stats/action/count"] == [7]
+    assert episodes[1]["stats/action/mean"] == pytest.approx(
+        [sum(column) / len(actions) for column in zip(*actions, strict=True)], rel=1e-4
+    )
+    assert episodes[1]["stats/action/max"] == pytest.approx(
+        [max(column) for column in zip(*actions, strict=True)], rel=1e-4
+    )
     second = episodes[1][CAMERA]
     data = mdr.read_clip(second)
     with av.open(io.BytesIO(data)) as container:

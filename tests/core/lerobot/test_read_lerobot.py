@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -174,3 +175,20 @@ def test_refiner_verify_checks_that_clip_videos_exist(dataset, tmp_path):
     os.remove(video)
     report = verify_output(open_output(out))
     assert not report.ok and f"column {CAM}: {video}: the file does not exist" in report.failures[0]
+
+
+def test_v21_episode_rows_carry_the_episodes_stats_file(tmp_path):
+    root = write_dataset_v21(str(tmp_path / "ds21"), [10, 6, 8], cameras=(CAM,))
+    with open(f"{root}/meta/episodes_stats.jsonl", "w") as f:
+        for index, length in enumerate([10, 6, 8]):
+            stats = {
+                "action": {"mean": [index + 0.5], "count": [length]},
+                CAM: {"mean": [[[0.5]], [[0.5]], [[0.5]]]},
+            }
+            f.write(json.dumps({"episode_index": index, "stats": stats}) + "\n")
+    episodes = rows_of(mdr.read_lerobot(root, rows="episodes"))
+    assert [e["stats/action/mean"] for e in episodes] == [[0.5], [1.5], [2.5]]
+    assert [e["stats/action/count"] for e in episodes] == [[10], [6], [8]]
+    assert episodes[0][f"stats/{CAM}/mean"] == [[[0.5]], [[0.5]], [[0.5]]]
+    frames = rows_of(mdr.read_lerobot(root, episodes=[0]))
+    assert not [k for k in frames[0] if k.startswith("stats/")]  # frame rows have none

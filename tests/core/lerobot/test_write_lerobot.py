@@ -344,3 +344,25 @@ def test_a_written_dataset_is_finalized_from_its_options_without_a_pipeline(sour
     assert len(rows_of(mdr.read_lerobot(out))) == sum(LENGTHS)
     with pytest.raises(ValueError, match=r"unknown output format 'lerobot'"):
         episode_rows(source).write("lerobot", str(tmp_path / "other"))
+
+
+def test_episode_rows_carry_the_written_statistics_and_write_back(source, tmp_path):
+    out = str(tmp_path / "out")
+    episode_rows(source).write_lerobot(out, fps=10).launch_local()
+    kept = pq.read_table(f"{out}/meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    episodes = rows_of(mdr.read_lerobot(out, rows="episodes"))
+    names = sorted(k for k in kept[0] if k.startswith("stats/"))
+    assert f"stats/{FRONT}/mean" in names and "stats/observation.state/std" in names
+    for row, want in zip(episodes, kept, strict=True):
+        assert {k: row[k] for k in names} == {k: want[k] for k in names}
+    assert row["stats/observation.state/count"] == [LENGTHS[-1]]
+    only_front = rows_of(mdr.read_lerobot(out, rows="episodes", video_keys=[FRONT]))
+    assert not [k for k in only_front[0] if k.startswith(f"stats/{WRIST}/")]
+    # episode rows with their statistics are write_lerobot's input again (stats recomputed)
+    again = str(tmp_path / "again")
+    episode_rows(out).write_lerobot(again, fps=10).launch_local()
+    rewritten = pq.read_table(f"{again}/meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    for new, old in zip(rewritten, kept, strict=True):
+        assert new["stats/observation.state/mean"] == pytest.approx(
+            old["stats/observation.state/mean"]
+        )
