@@ -109,27 +109,6 @@ def whole_read_runs(
     return runs
 
 
-def iter_row_group_batches(
-    fs: Any,
-    path: str,
-    row_groups: Any,
-    columns: list[str] | None,
-    batch_rows: int,
-    batch_bytes: int | None,
-) -> Iterator[pa.RecordBatch]:
-    """The record batches of ``row_groups`` of the Parquet file at ``path`` on ``fs``.
-
-    Runs of row groups up to ``WHOLE_READ_BATCHES`` batches of data are read whole, one
-    run at a time (pyarrow reads every row group it is handed before decoding any);
-    larger row groups are streamed.
-    """
-    # pyarrow asks for exactly the byte ranges it needs (coalescing neighbours); with a
-    # read-ahead cache, reading the id column of an image table would fetch the images
-    with open_uncached(fs, path) as f:
-        parquet = pq.ParquetFile(f)
-        yield from _open_file_batches(f, parquet, row_groups, columns, batch_rows, batch_bytes)
-
-
 def _open_file_batches(
     f: Any,
     parquet: pq.ParquetFile,
