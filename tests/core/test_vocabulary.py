@@ -23,9 +23,11 @@ def test_signatures_use_the_shared_types():
     hints = typing.get_type_hints(mdr.BlobAssetConfig)
     assert hints["missing_policy"] is vocabulary.MissingPolicy
     assert typing.get_type_hints(mdr.FileAssetConfig)["missing_policy"] is vocabulary.MissingPolicy
-    write_lance = typing.get_type_hints(mdr.Pipeline.write_lance)
+    # writers return a PipelineSequence, imported by pipeline.py only for type checkers
+    names = {"PipelineSequence": mdr.PipelineSequence}
+    write_lance = typing.get_type_hints(mdr.Pipeline.write_lance, localns=names)
     assert write_lance["mode"] is vocabulary.LanceMode
-    assert typing.get_type_hints(mdr.Pipeline.write)["format"] is vocabulary.Format
+    assert typing.get_type_hints(mdr.Pipeline.write, localns=names)["format"] is vocabulary.Format
     assert inspect.signature(mdr.Pipeline.write_lance).parameters["mode"].default == "create"
 
 

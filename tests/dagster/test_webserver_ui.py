@@ -40,6 +40,9 @@ DEMO_ASSETS = {
     "episodes_with_gap_finalized",
     # a fan-out dataset asset (build_dataset_asset), the episodes_export job's
     "episodes_jsonl",
+    # a LeRobot dataset with real video, audited by video_integrity (demo/robotics.py)
+    "robot_episodes",
+    "robot_episodes_finalized",
     # declared in YAML (RefinerDatasetComponent, demo/defs/episode_thumbnails)
     "episode_thumbnails",
     "episode_thumbnails_finalized",

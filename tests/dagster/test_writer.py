@@ -73,7 +73,7 @@ def test_io_manager_fanout_and_finalization_share_the_writer(dagster_instance, m
     storage = resources["refiner"].writer(dagster_instance).storage
     for name in ("one_step", "fanned"):
         version = storage.current([name], None)
-        assert version is not None and version.summary()["assets_written"] == 4
+        assert version is not None and version.summary().counters["assets_written"] == 4
 
 
 def test_a_step_whose_key_is_not_a_refiner_io_manager_says_which_and_how_to_fix(
@@ -117,7 +117,7 @@ def test_a_failed_audit_leaves_nothing_published_then_a_clean_finalize_publishes
     assert writer.storage.current(["audited"], None) is None  # readers see nothing
 
     done = writer.finalize(version, audit=AuditPolicy(max_missing_fraction=0.5))
-    assert done.summary["missing_assets"] == 1
+    assert done.summary.counters["missing_assets"] == 1
     published = writer.storage.current(["audited"], None)
     assert published is not None and published.name == version.name
     images = [row.image for row in mdr.read_parquet(published.url).iter_rows()]
