@@ -12,7 +12,6 @@ import pytest
 import refiner_core as mdr
 import refiner_dagster as rd
 from refiner_core.io import UnknownVersion
-from refiner_dagster.retention import Retention
 
 from .test_io_manager import current_pointer, partition_root, tree
 
@@ -117,6 +116,8 @@ def test_retention_deletes_only_versions_beyond_the_policy(dagster_instance):
 
 
 def test_keep_for_keeps_versions_readers_saw_recently(tmp_path):
+    from refiner_dagster.retention import Retention
+
     storage = rd.DatasetStorage(str(tmp_path))
     recent = Retention(keep_versions=1, keep_for=timedelta(hours=1)).as_record()
     names = [f"v-{n:012d}" for n in range(3)]
@@ -136,7 +137,9 @@ def test_keep_for_keeps_versions_readers_saw_recently(tmp_path):
     assert Retention(keep_versions=2).expired(pointer, published, 0.0) == names[:1]
 
 
-def test_a_rolled_back_to_version_counts_as_recent(tmp_path):
+def test_a_rolled_back_to_version_counts_as_recent():
+    from refiner_dagster.retention import Retention
+
     # v0 published, v1, v2; then the pointer moved back to v0: v1 is now the oldest.
     moves = [("v-0", 1.0), ("v-1", 2.0), ("v-2", 3.0), ("v-0", 4.0)]
     pointer = {"version": "v-0", "history": [{"version": v, "at": t} for v, t in moves]}
