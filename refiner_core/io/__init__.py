@@ -4,6 +4,7 @@ from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
+from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
 from .read_sources import read_sources, set_read_sources
 from .version_history import (
     check_as_of,
@@ -17,12 +18,15 @@ from .versions import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, UnknownVers
 __all__ = [
     "CURRENT_POINTER",
     "ChecksumMismatchError",
+    "RollbackRefused",
+    "VersionInfo",
     "UnknownVersion",
     "VERSIONS_DIR",
     "VERSION_PREFIX",
     "DataFile",
     "DataFolder",
     "check_as_of",
+    "dataset_versions",
     "check_relative",
     "checksum_of",
     "first_published",
@@ -38,6 +42,7 @@ __all__ = [
     "read_pointer",
     "read_sources",
     "resolve",
+    "rollback",
     "set_read_sources",
     "validate_reference",
     "version_at",

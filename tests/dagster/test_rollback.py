@@ -1,0 +1,153 @@
+"""``refiner history`` and ``refiner rollback`` on datasets published by Dagster runs,
+on local disk and moto S3; a downstream asset then loads the rolled-back-to rows."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import dagster as dg
+import pytest
+import s3fs
+from click.testing import CliRunner
+
+import refiner_core as mdr
+import refiner_dagster as rd
+from refiner_core.cli import main
+from tests.s3_fixtures import s3_bucket, s3_server, s3_storage_options  # noqa: F401
+
+from .test_io_manager import partition_root, tree
+
+
+def _ids(pipeline: mdr.Pipeline) -> list[int]:
+    return sorted(row["i"] for row in pipeline.iter_rows())
+
+
+def publish_three(instance: dg.DagsterInstance, io_manager: Any) -> tuple[list, list[list[int]]]:
+    """Publish three versions of ``episodes`` (rows [0], [10, 11], [20, 21, 22]) and add a
+    downstream asset that records the rows it loads; returns (assets, rows per version)."""
+    batches = [[{"i": 10 * n + k} for k in range(n + 1)] for n in range(3)]
+    expected = [[r["i"] for r in b] for b in batches]
+    loaded: list[list[int]] = []
+
+    @dg.asset(name="episodes", io_manager_key="refiner")
+    def episodes() -> mdr.Pipeline:
+        return mdr.from_items(batches.pop(0))
+
+    finalized = rd.build_finalization_asset(episodes)
+
+    @dg.asset(ins={"rows": dg.AssetIn("episodes_finalized")})
+    def downstream(rows: mdr.Pipeline) -> None:
+        loaded.append(_ids(rows))
+
+    resources = {"refiner": io_manager}
+    for _ in range(3):
+        assert dg.materialize([episodes, finalized], instance=instance, resources=resources).success
+    assets = [episodes, finalized, downstream]
+    return [assets, resources, loaded], expected
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_history_and_rollback_on_local_disk(dagster_instance):
+    (assets, resources, loaded), expected = publish_three(
+        dagster_instance, rd.RefinerBlobIOManager(num_workers=1)
+    )
+    root = partition_root(dagster_instance, "episodes")
+    storage = rd.DatasetStorage(partition_root(dagster_instance))
+    first, second, third = (v.name for v in storage.versions(["episodes"], None))
+    before = {n: tree(os.path.join(root, n)) for n in (first, second, third)}
+
+    shown = _invoke("history", root)
+    assert shown.exit_code == 0, shown.output
+    rows = [
+        [cell.strip() for cell in line.split("\u2502")[1:-1]]
+        for line in shown.output.splitlines()
+        if "v-" in line and "versions of" not in line
+    ]
+    table = {cells[1]: cells for cells in rows}  # marker, version, state, at, run, parent, rows
+    assert table[third][0] == "*" and table[third][2] == "published"
+    assert table[third][5] == second and table[third][6] == "3"
+    assert table[first][0] == "" and table[first][2] == "superseded" and table[first][6] == "1"
+    runs = {run.run_id for run in dagster_instance.get_runs()}
+    assert {table[n][4] for n in (first, second, third)} <= runs
+
+    # default: back to the published version's parent
+    done = _invoke("rollback", root, "--reason", "labels were wrong", "--by", "ana")
+    assert done.exit_code == 0, done.output
+    assert f"from {third} to {second}" in done.output
+    assert _ids(mdr.read_parquet(root)) == expected[1]
+
+    done = _invoke("rollback", root, "--to", first, "--reason", "go further back")
+    assert done.exit_code == 0, done.output
+    with open(os.path.join(root, "_current.json")) as f:
+        pointer = json.load(f)
+    assert pointer["version"] == first
+    assert pointer["rolled_back"]["from"] == second
+    assert pointer["rolled_back"]["reason"] == "go further back" and pointer["rolled_back"]["by"]
+    assert [m["action"] for m in pointer["history"]] == ["publish"] * 3 + ["rollback"] * 2
+    record = storage.version(["episodes"], None, first).record
+    assert record["rollbacks"][-1]["reason"] == "go further back"
+    assert _ids(mdr.read_parquet(root)) == expected[0]
+    assert "rolled back from" in _invoke("history", root).output
+
+    # a downstream asset now loads the first version's rows; nothing was deleted
+    result = dg.materialize(
+        assets, instance=dagster_instance, resources=resources, selection=["downstream"]
+    )
+    assert result.success and loaded == [expected[0]]
+    for name, files in before.items():
+        assert tree(os.path.join(root, name)) == files
+
+    # refused moves name what is wrong and change nothing
+    again = _invoke("rollback", root, "--to", first)
+    assert again.exit_code == 1 and "already the published version" in again.output
+    unknown = _invoke("rollback", root, "--to", "v-000000000000")
+    assert unknown.exit_code == 1 and "cannot roll back to v-000000000000" in unknown.output
+    assert second in unknown.output and third in unknown.output
+    nothing = _invoke("history", str(os.path.dirname(root)))
+    assert nothing.exit_code == 1 and "not a versioned dataset folder" in nothing.output
+
+
+def test_history_and_rollback_on_s3(
+    dagster_instance,
+    s3_bucket: str,  # noqa: F811
+    s3_storage_options: dict[str, Any],  # noqa: F811
+):
+    base = f"s3://{s3_bucket}/datasets"
+    io_manager = rd.RefinerBlobIOManager(
+        base_url=base, storage_options=s3_storage_options, num_workers=1
+    )
+    (_, _, _), expected = publish_three(dagster_instance, io_manager)
+    url = f"{base}/episodes"
+    location = ["--endpoint-url", s3_storage_options["endpoint_url"]]
+    names = [
+        v.name for v in rd.DatasetStorage(base, s3_storage_options).versions(["episodes"], None)
+    ]
+
+    shown = _invoke("history", url, *location)
+    assert shown.exit_code == 0, shown.output
+    assert all(n in shown.output for n in names) and "* " in shown.output
+    done = _invoke("rollback", url, *location, "--to", names[0], "--reason", "bad export")
+    assert done.exit_code == 0, done.output
+    assert _ids(mdr.read_parquet(url, storage_options=s3_storage_options)) == expected[0]
+    fs = s3fs.S3FileSystem(**s3_storage_options)
+    pointer = json.loads(fs.cat(f"{s3_bucket}/datasets/episodes/_current.json"))
+    assert pointer["version"] == names[0] and pointer["rolled_back"]["reason"] == "bad export"
+    for name in names:  # every version still there
+        assert fs.exists(f"{s3_bucket}/datasets/episodes/{name}/_refiner/summary.json")
+
+
+def test_a_rollback_with_no_parent_is_refused(tmp_path):
+    storage = rd.DatasetStorage(str(tmp_path))
+    only = storage.begin(["ds"], None, "v-000000000001", {})
+    storage.publish(only)
+    refused = _invoke("rollback", str(tmp_path / "ds"))
+    assert refused.exit_code == 1 and "has no parent" in refused.output
+    with pytest.raises(mdr.RefinerError):
+        from refiner_core.io import rollback
+
+        rollback(mdr.DataFolder(str(tmp_path / "ds")))
