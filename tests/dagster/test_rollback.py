@@ -151,3 +151,68 @@ def test_a_rollback_with_no_parent_is_refused(tmp_path):
         from refiner_core.io import rollback
 
         rollback(mdr.DataFolder(str(tmp_path / "ds")))
+
+
+def test_the_rollback_job_moves_the_pointer_and_records_a_materialization(dagster_instance):
+    (assets, resources, loaded), expected = publish_three(
+        dagster_instance, rd.RefinerBlobIOManager(num_workers=1)
+    )
+    root = partition_root(dagster_instance, "episodes")
+    storage = rd.DatasetStorage(partition_root(dagster_instance))
+    first, second, third = (v.name for v in storage.versions(["episodes"], None))
+    before = {n: tree(os.path.join(root, n)) for n in (first, second, third)}
+    defs = dg.Definitions(
+        assets=assets, jobs=[rd.build_rollback_job(assets[0])], resources=resources
+    )
+    job = defs.get_job_def("episodes_rollback")
+    config = {"ops": {"rollback": {"config": {"to": first, "reason": "bad labels", "by": "ana"}}}}
+    assert job.execute_in_process(run_config=config, instance=dagster_instance).success
+
+    assert _ids(mdr.read_parquet(root)) == expected[0]
+    event = dagster_instance.get_latest_materialization_event(dg.AssetKey("episodes_finalized"))
+    assert event is not None and event.asset_materialization is not None
+    metadata = event.asset_materialization.metadata
+    assert metadata["dagster/uri"].value == os.path.join(root, first)
+    assert metadata["refiner/state"].value == f"rolled back to {first}, by ana, why: bad labels"
+    assert metadata["refiner/rolled_back_from"].value == third
+    assert metadata["dagster/row_count"].value == 1
+
+    # downstream loads follow; nothing was deleted; every materialization's uri exists
+    result = dg.materialize(
+        assets, instance=dagster_instance, resources=resources, selection=["downstream"]
+    )
+    assert result.success and loaded == [expected[0]]
+    for name, files in before.items():
+        assert tree(os.path.join(root, name)) == files
+    records = dagster_instance.fetch_materializations(dg.AssetKey("episodes_finalized"), limit=10)
+    uris = [r.asset_materialization.metadata["dagster/uri"].value for r in records.records]
+    assert len(uris) == 4 and all(os.path.isdir(str(u)) for u in uris)
+
+    # default target: the parent recorded for the published version (none for the first)
+    refused = job.execute_in_process(
+        run_config={"ops": {"rollback": {"config": {}}}},
+        instance=dagster_instance,
+        raise_on_error=False,
+    )
+    assert not refused.success
+    failure = refused.get_step_failure_events()[0].step_failure_data.error
+    assert failure is not None and "has no parent" in failure.message
+    assert _ids(mdr.read_parquet(root)) == expected[0]
+
+
+def test_a_partitioned_rollback_needs_its_partition():
+    partitions = dg.StaticPartitionsDefinition(["a", "b"])
+
+    @dg.asset(io_manager_key="refiner", partitions_def=partitions)
+    def shards() -> mdr.Pipeline:
+        return mdr.from_items([{"i": 1}])
+
+    job = rd.build_rollback_job(rd.build_finalization_asset(shards))
+    result = job.execute_in_process(
+        run_config={"ops": {"rollback": {"config": {"to": "v-000000000000"}}}},
+        resources={"refiner": rd.RefinerBlobIOManager(base_url="memory://rollback")},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert failure is not None and "set the run config's partition" in failure.message
