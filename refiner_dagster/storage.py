@@ -56,6 +56,8 @@ from .lerobot_format import LEROBOT_FORMAT, lerobot_writer
 from .retention import Retention
 
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
+# Keys only the pointer has: its move history and the last rollback.
+_POINTER_ONLY = ("history", "rolled_back", "version", "url")
 _FORMATS: dict[str, Format] = {name: name for name in FORMATS}
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -231,7 +233,9 @@ class DatasetStorage:
         """Update and persist ``version``'s record (atomic replace)."""
         version.record.update(changes)
         version.record["updated_at"] = time.time()
-        data = json.dumps(version.record, indent=1, sort_keys=True).encode()
+        # a version opened from the pointer carries the pointer's own fields: not its record's
+        kept = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY}
+        data = json.dumps(kept, indent=1, sort_keys=True).encode()
         version.folder.write_bytes(f"{VERSIONS_DIR}/{version.name}.json", data)
 
     def begin(
@@ -373,7 +377,8 @@ class DatasetStorage:
         **details: Any,
     ) -> dict[str, Any]:
         """Write the pointer that moves readers to ``version`` (one atomic write)."""
-        fields = {**version.record, "url": version.url}
+        fields = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY}
+        fields["url"] = version.url
         pointer = moved_pointer(previous, fields, version.name, at=at, action=action, **details)
         version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
         return pointer

@@ -202,3 +202,22 @@ def test_downstream_input_loads_the_version_its_metadata_names(dagster_instance)
             resources=resources,
             selection=[too_early.key],
         )
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "lance"])
+def test_jsonl_and_lance_datasets_read_as_of(dagster_instance, fmt):
+    batches = [[{"i": 1}], [{"i": 2}, {"i": 3}]]
+
+    @dg.asset(name="episodes", io_manager_key="refiner", metadata={"refiner/format": fmt})
+    def episodes() -> mdr.Pipeline:
+        return mdr.from_items(batches.pop(0))
+
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1)}
+    _publish(dagster_instance, [episodes, rd.build_finalization_asset(episodes)], resources, 2)
+    root = partition_root(dagster_instance, "episodes")
+    moves = current_pointer(root)["history"]
+    read = mdr.read_jsonl if fmt == "jsonl" else mdr.read_lance
+    assert _ids(read(root, as_of=_utc(moves[0]["at"]))) == [1]
+    assert _ids(read(root, as_of=_utc(moves[1]["at"]))) == [2, 3]
+    with pytest.raises(UnknownVersion, match="had no published version at"):
+        read(root, as_of=_utc(moves[0]["at"] - 1)).plan()
