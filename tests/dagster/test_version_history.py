@@ -221,3 +221,22 @@ def test_jsonl_and_lance_datasets_read_as_of(dagster_instance, fmt):
     assert _ids(read(root, as_of=_utc(moves[1]["at"]))) == [2, 3]
     with pytest.raises(UnknownVersion, match="had no published version at"):
         read(root, as_of=_utc(moves[0]["at"] - 1)).plan()
+
+
+def _one_row(context) -> mdr.Pipeline:
+    return mdr.from_items([{"i": 1}])
+
+
+def test_a_fan_out_dataset_keeps_versions_by_its_metadata(dagster_instance, tmp_path):
+    asset = rd.build_dataset_asset(
+        _one_row, name="fanned", max_tasks=1, metadata={"refiner/keep_versions": 2}
+    )
+    resources = {"refiner": rd.RefinerBlobIOManager(base_url=str(tmp_path), num_workers=1)}
+    runs = [
+        dg.materialize([asset], instance=dagster_instance, resources=resources) for _ in range(3)
+    ]
+    assert all(r.success for r in runs)
+    names = [m["version"] for m in current_pointer(str(tmp_path / "fanned"))["history"]]
+    assert _versions_on_disk(str(tmp_path / "fanned")) == sorted(names[1:])
+    record = rd.DatasetStorage(str(tmp_path)).current(["fanned"], None).record
+    assert record["retention"] == {"keep_versions": 2, "keep_for": None}
