@@ -58,6 +58,9 @@ def read_pointer(fs: Any, folder: str) -> dict[str, Any] | None:
     A pointer that is not a JSON object naming a ``version`` raises ``ValueError``.
     """
     path = posixpath.join(folder.rstrip("/"), CURRENT_POINTER)
+    # the pointer is rewritten in place: a size or ETag cached by the filesystem (s3fs)
+    # from before the last publish would make the read fail or return the old pointer
+    fs.invalidate_cache(path)
     try:
         with fs.open(path, "rb") as f:
             data = f.read()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -128,6 +129,11 @@ def test_history_and_rollback_on_s3(
         v.name for v in rd.DatasetStorage(base, s3_storage_options).versions(["episodes"], None)
     ]
 
+    storage = rd.DatasetStorage(base, s3_storage_options)
+    published = [v.record["published_at"] for v in storage.versions(["episodes"], None)]
+    for at, rows in zip(published, expected, strict=True):
+        moment = datetime.fromtimestamp(at, UTC)
+        assert _ids(mdr.read_parquet(url, as_of=moment, storage_options=s3_storage_options)) == rows
     shown = _invoke("history", url, *location)
     assert shown.exit_code == 0, shown.output
     assert all(n in shown.output for n in names) and "* " in shown.output
