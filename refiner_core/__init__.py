@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from . import datatype
@@ -47,6 +48,7 @@ def read_parquet(
     storage_options: dict[str, Any] | None = None,
     uncommitted: bool = False,
     version: str | None = None,
+    as_of: datetime | None = None,
 ) -> Pipeline:
     """Read Parquet files (path, glob, folder or list; local or any fsspec URL).
 
@@ -59,9 +61,12 @@ def read_parquet(
     ``_current.json`` beside its ``v-<id>/`` version folders) reads as its published
     version only, whatever other versions are on disk; ``version="v-<id>"`` reads
     another version still on disk instead (``refiner_core.io.UnknownVersion``, naming
-    the versions on disk, when it is not). The version is chosen when the stage plans.
+    the versions on disk, when it is not). ``as_of=datetime`` (timezone-aware) reads the
+    version that was published at that moment instead, from the publish history the
+    pointer keeps (``UnknownVersion`` naming the dataset and its earliest recorded
+    publish when nothing was published then). The version is chosen when the stage plans.
     """
-    check_version(version, "read_parquet")
+    wanted = check_version(version, "read_parquet", as_of)
     return Pipeline(
         ParquetSource(
             inputs,
@@ -71,7 +76,7 @@ def read_parquet(
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
             uncommitted=uncommitted,
-            version=version,
+            version=wanted,
         )
     )
 
@@ -85,14 +90,15 @@ def read_jsonl(
     storage_options: dict[str, Any] | None = None,
     uncommitted: bool = False,
     version: str | None = None,
+    as_of: datetime | None = None,
 ) -> Pipeline:
     """Read JSON Lines files; shards are byte ranges cut at newlines.
 
     Refiner output folders read as their committed files, and versioned dataset folders
-    as their published version (or ``version="v-<id>"``), as in :func:`read_parquet`
+    as their published version (or ``version="v-<id>"`` / ``as_of=``), as in :func:`read_parquet`
     (``uncommitted=True`` reads every JSONL file of an unfinalized one).
     """
-    check_version(version, "read_jsonl")
+    wanted = check_version(version, "read_jsonl", as_of)
     return Pipeline(
         JsonlSource(
             inputs,
@@ -101,7 +107,7 @@ def read_jsonl(
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,
             uncommitted=uncommitted,
-            version=version,
+            version=wanted,
         )
     )
 
@@ -115,13 +121,15 @@ def read_lance(
     num_shards: int | None = None,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
     storage_options: dict[str, Any] | None = None,
+    as_of: datetime | None = None,
 ) -> Pipeline:
     """Read one version of a Lance dataset; shards are groups of whole fragments.
 
     ``version`` as a number is a Lance table version (the latest when ``None``). ``uri``
     may also be a versioned dataset folder (``_current.json`` beside ``v-<id>/`` Lance
     datasets, as refiner_dagster publishes them): it reads the published version's
-    table, or with ``version="v-<id>"`` another version still on disk
+    table, with ``version="v-<id>"`` another version still on disk, or with
+    ``as_of=datetime`` the one published at that moment
     (``refiner_core.io.UnknownVersion``, naming the versions on disk, when it is not).
     """
     from .sources.lance import LanceSource
@@ -132,6 +140,7 @@ def read_lance(
             dtypes=dtypes,
             columns=columns,
             version=version,
+            as_of=as_of,
             num_shards=num_shards,
             target_shard_bytes=target_shard_bytes,
             storage_options=storage_options,

@@ -14,6 +14,8 @@
 - :func:`build_finalization_asset`: the downstream asset that runs the reducer, audits
   the version (missing-asset and reference-integrity checks), publishes it and records
   the counters and table metadata as materialization metadata.
+- :func:`build_rollback_job`: a job that points a dataset's readers back at an earlier
+  published version and records it as a materialization (``refiner rollback`` in Dagster).
 - :func:`build_dataset_checks`: the same checks on a published version (inline-finalized
   datasets, or finalizations built with ``checks=False``).
 - :func:`build_source_sensor` / :func:`build_refresh_schedule`: reprocessing runs for new
@@ -45,6 +47,7 @@ from .fanout import FanoutConfig, build_dataset_asset
 from .finalization import build_finalization_asset
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .publish import AuditFailedError
+from .rollback import build_rollback_job
 from .schedules import build_refresh_schedule
 from .sensors import build_source_sensor, partition_source_url
 from .storage import DatasetStorage, DatasetVersion, SupersededError
@@ -65,6 +68,8 @@ __all__ = [
     # finalization and checks
     "build_finalization_asset",
     "build_dataset_checks",
+    # versions
+    "build_rollback_job",
     # automation
     "build_source_sensor",
     "partition_source_url",

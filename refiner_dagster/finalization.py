@@ -12,6 +12,7 @@ metadata (:mod:`refiner_dagster.table_metadata`).
 """
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
@@ -23,6 +24,7 @@ from .checks import REFERENCE_INTEGRITY_CHECK as INTEGRITY_CHECK
 from .lerobot_format import declares_lerobot, lerobot_metadata, video_integrity_spec
 from .metadata import summary_metadata
 from .publish import AuditFailedError, AuditPolicy
+from .retention import DEFAULT_KEEP_VERSIONS, Retention
 from .settings import DATASET_KEY, LOAD_KEY, validate_asset_metadata
 from .storage import DatasetVersion, one_version
 from .table_metadata import table_metadata
@@ -92,6 +94,8 @@ def build_finalization_asset(
     code_version: str | None = None,
     backfill_policy: dg.BackfillPolicy | None = None,
     kinds: set[str] | None = None,
+    keep_versions: int | None = None,
+    keep_for: float | timedelta | None = None,
 ) -> dg.AssetsDefinition:
     """The downstream asset that audits and publishes ``dataset_asset``'s pending version.
 
@@ -127,6 +131,12 @@ def build_finalization_asset(
     ``retry_policy``) are passed to ``@dg.asset``. A backfill policy that puts several
     partitions in one run is refused here, as it is on the dataset asset.
 
+    Retention: after publishing, versions beyond the dataset's retention policy are
+    deleted (its IO manager's ``keep_versions`` / ``keep_for``, or its
+    ``refiner/keep_versions`` / ``refiner/keep_for`` metadata); ``keep_versions`` and
+    ``keep_for`` (seconds or a ``timedelta``) given here replace that policy
+    (:class:`~refiner_dagster.retention.Retention`).
+
     Downstream assets may take it as an input: they receive the published table as a
     lazy pipeline, like an input on the dataset asset itself. The default key is the
     dataset key with ``_finalized`` appended to its last part.
@@ -160,6 +170,11 @@ def build_finalization_asset(
         sample_threshold=sample_threshold,
         sample_size=sample_size,
         seed=seed,
+    )
+    retention = (
+        Retention(DEFAULT_KEEP_VERSIONS if keep_versions is None else keep_versions, keep_for)
+        if keep_versions is not None or keep_for is not None
+        else None
     )
     io_key = io_manager_key or dataset_asset.get_io_manager_key_for_asset_key(dataset_key)
     final_name = name or f"{dataset_key.path[-1]}_finalized"
@@ -205,7 +220,12 @@ def build_finalization_asset(
 
         writer = writer_for(context.op_execution_context, io_key, f"asset {key.to_user_string()}")
         try:
-            finalized = writer.finalize(version, audit=policy if specs else None)
+            finalized = writer.finalize(
+                version,
+                audit=policy if specs else None,
+                retention=retention,
+                published_by=context.run.run_id,
+            )
         except AuditFailedError as error:
             yield from error.results
             raise dg.Failure(

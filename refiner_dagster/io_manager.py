@@ -20,7 +20,9 @@ What an input receives follows its type annotation (``mdr.Pipeline``: a lazy
 pipeline over the published version; ``DatasetVersion``: the published handle) or
 its ``refiner/load`` metadata (``"table"``, ``"version"``, or ``"pending"``: the
 written, unfinalized version finalization assets load); ``columns`` and
-``allow_missing_partitions`` input metadata are honoured (see :mod:`.loading`).
+``allow_missing_partitions`` input metadata are honoured, and ``refiner/version``
+(a version name or the moment it was published) loads another version than the
+published one (see :mod:`.loading`).
 Several upstream partitions arrive as a dict keyed by partition key.
 """
 
@@ -43,6 +45,7 @@ from .loading import (
     dataset_path,
     input_columns,
     input_mode,
+    input_version,
     locate,
     select_columns,
 )
@@ -148,6 +151,22 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         ),
     )
 
+    keep_versions: int = Field(
+        default=3,
+        description=(
+            "Published versions of each dataset (partition) kept after a publish, the published "
+            "one included; older ones are deleted, oldest first (per asset: refiner/keep_versions)."
+        ),
+    )
+    keep_for: float | None = Field(
+        default=None,
+        description=(
+            "Seconds: also keep every version readers saw this recently, so as_of= and "
+            "rollbacks reach back that far; default none, by count only (per asset: "
+            "refiner/keep_for)."
+        ),
+    )
+
     progress_log_seconds: float = Field(
         default=10.0,
         description=(
@@ -178,6 +197,8 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
             "finalize_inline": self.finalize_inline,
             "dedupe": getattr(self, "dedupe", None),
             "checksum": self.checksum,
+            "keep_versions": self.keep_versions,
+            "keep_for": self.keep_for,
         }
 
     def resolved_source_options(self) -> dict[str, Any] | None:
@@ -295,6 +316,7 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
     def load_input(self, context: dg.InputContext) -> Any:
         """What the input receives follows its annotation and metadata (:mod:`.loading`)."""
         mode = input_mode(context)
+        wanted = input_version(context)
         columns = input_columns(context) if mode == "table" else None
         asset_path = dataset_path(context)
         storage = self.storage(context.instance)
@@ -306,7 +328,7 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
         loaded: dict[str | None, Any] = {}
         for key in partitions:
             try:
-                version = locate(storage, asset_path, key, mode, run_version)
+                version = locate(storage, asset_path, key, mode, run_version, wanted)
             except FileNotFoundError:
                 if skip_missing:
                     context.log.info(f"input {context.name!r}: partition {key!r} has no version")

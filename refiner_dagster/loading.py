@@ -16,6 +16,10 @@ Input metadata refines it (``dg.AssetIn(metadata=...)``):
   listing the table's columns.
 - ``allow_missing_partitions``: ``True`` leaves upstream partitions that have no
   published version out of the dict instead of failing.
+- ``refiner/version``: read another version than the published one: a version name
+  (``"v-0123456789ab"``), or a moment (``dg.MetadataValue.timestamp(datetime)``, or an
+  ISO-8601 string with a timezone) for the version that was published then (as
+  ``mdr.read_parquet(..., as_of=)``).
 
 Example:
     >>> import dagster as dg, refiner_core as mdr
@@ -28,11 +32,13 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
 import refiner_core as mdr
+from refiner_core.io import check_as_of, first_published, version_at
 
 from .settings import DATASET_KEY, LOAD_KEY, LOAD_MODES, unwrap_metadata
 from .storage import DatasetStorage, DatasetVersion
@@ -43,11 +49,15 @@ __all__ = [
     "dataset_path",
     "input_columns",
     "input_mode",
+    "input_version",
     "locate",
     "select_columns",
 ]
 
 COLUMNS_KEY = "columns"
+VERSION_KEY = "refiner/version"
+# A version an input asks for: a version name, or the moment it was published.
+Wanted = str | datetime | None
 ALLOW_MISSING_KEY = "allow_missing_partitions"
 
 
@@ -92,6 +102,30 @@ def input_columns(context: dg.InputContext) -> list[str] | None:
             "names, e.g. {'columns': ['episode_id', 'image']}"
         )
     return list(raw)
+
+
+def input_version(context: dg.InputContext) -> Wanted:
+    """The ``refiner/version`` input metadata: a version name or an aware datetime."""
+    given = context.definition_metadata.get(VERSION_KEY)
+    if isinstance(given, dg.TimestampMetadataValue):
+        return datetime.fromtimestamp(given.value, UTC)
+    raw = unwrap_metadata(given)
+    where = f"input {context.name!r}: metadata {VERSION_KEY}"
+    if raw is None or isinstance(raw, datetime):
+        return check_as_of(raw, where)
+    if isinstance(raw, str) and raw.startswith("v-"):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return check_as_of(datetime.fromisoformat(raw), where)
+        except ValueError as exc:
+            if "timezone" in str(exc):
+                raise
+    raise ValueError(
+        f"{where}={raw!r} is neither a version name ('v-0123456789ab') nor a timezone-aware "
+        "moment (dg.MetadataValue.timestamp(datetime), or an ISO-8601 string such as "
+        "'2024-05-01T12:00:00+00:00')"
+    )
 
 
 def allow_missing(context: dg.InputContext) -> bool:
@@ -145,7 +179,10 @@ def locate(
     key: str | None,
     mode: str,
     run_version: str | None,
+    wanted: Wanted = None,
 ) -> DatasetVersion:
+    """The version an input loads: the published one, the one ``wanted`` names (or that
+    was published at the moment it gives), or for ``pending`` the written one."""
     where = f"asset {'/'.join(asset_path)}" + (f" partition {key!r}" if key is not None else "")
     if mode == "pending":
         version = storage.pending(asset_path, key, prefer=run_version)
@@ -161,4 +198,24 @@ def locate(
             f"{where} has no published version under {storage.url}: materialize it and then its "
             "finalization asset (build_finalization_asset), or set finalize_inline=True"
         )
-    return current
+    if isinstance(wanted, datetime):
+        name = version_at(current.record, wanted)
+        if name is None:
+            earliest = first_published(current.record)
+            raise FileNotFoundError(
+                f"{where} had no published version at {wanted.isoformat()}; its earliest "
+                f"recorded publish was at {earliest.isoformat() if earliest else 'unknown'}. "
+                f"Set input metadata {VERSION_KEY} to a later moment"
+            )
+        wanted = name
+    if wanted is None or wanted == current.name:
+        return current
+    for version in storage.versions(asset_path, key):
+        if version.name == wanted and version.folder.exists(version.name):
+            return version
+    kept = ", ".join(v.name for v in storage.versions(asset_path, key)) or "none"
+    raise FileNotFoundError(
+        f"{where} has no version {wanted} under {storage.url} (never written, or deleted by "
+        f"its retention policy); versions on storage: {kept}. Set input metadata "
+        f"{VERSION_KEY} to one of them"
+    )

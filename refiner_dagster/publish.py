@@ -10,8 +10,8 @@ A dataset asset's IO manager *writes* a version;
    ``reference_integrity`` checks run on the reduced, unpublished version
    (:func:`audit_version`);
 3. **publishes** it only if no ERROR-severity check failed: the ``_current.json``
-   pointer is written last, then older versions are deleted, never one that a live
-   run is still writing (:func:`publish_version`).
+   pointer is written last, then versions beyond the retention policy are deleted
+   (:mod:`.retention`), never one that a live run is still using (:func:`publish_version`).
 
 A failed audit raises :class:`AuditFailedError` naming the checks; readers keep the
 version they had.
@@ -44,6 +44,7 @@ from .checks import (
     scan_references,
 )
 from .lerobot_format import LEROBOT_FORMAT, lerobot_sink_options, video_integrity_result
+from .retention import Retention
 from .storage import DatasetVersion
 
 __all__ = [
@@ -185,18 +186,27 @@ def error_failures(results: list[dg.AssetCheckResult]) -> list[str]:
 
 
 def publish_version(
-    version: DatasetVersion, summary: DatasetSummary, *, is_live: RunLiveness | None = None
+    version: DatasetVersion,
+    summary: DatasetSummary,
+    *,
+    is_live: RunLiveness | None = None,
+    retention: Retention | None = None,
+    published_by: str | None = None,
 ) -> DatasetVersion:
-    """Move the pointer to ``version``, then delete older versions no live run is writing.
+    """Move the pointer to ``version``, then delete older versions beyond its retention
+    (``retention``, else the one it was written with) that no live run is using.
 
     The pointer moves only while the version's summary is still the one this reduction
     wrote; if another run finalized the folder meanwhile, :class:`mdr.OwnershipLost`
     names it and readers keep the version they had.
     """
     _check_still_ours(version, summary)
+    policy = {"retention": retention.as_record()} if retention is not None else {}
     return version.storage.publish(
         version,
         is_live=is_live,
+        published_by=published_by,
+        **policy,
         rows_written=summary.rows_written,
         files_written=summary.counters.get("files_written", 0),
         first_file=summary.files[0] if summary.files else None,

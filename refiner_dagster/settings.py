@@ -12,6 +12,8 @@ Keys an asset may set in ``metadata=`` (all optional):
 ``refiner/finalize_inline`` ``True`` to finalize and publish in the same step (a bool)
 ``refiner/dedupe``         ``"source"`` or ``"content"``: repeated media stored once (blob IO manager)
 ``refiner/checksum``       ``"sha256"`` or ``"crc32c"``: checksums in references or a sibling column
+``refiner/keep_versions``  published versions kept after a publish (default 3)
+``refiner/keep_for``       seconds: also keep versions readers saw this recently
 =========================  ===================================================
 
 ``refiner/format: lerobot`` writes a LeRobot v3.0 dataset; its options are the
@@ -50,6 +52,7 @@ from .lerobot_format import (
     check_lerobot_value,
     lerobot_options,
 )
+from .retention import DEFAULT_KEEP_VERSIONS
 
 METADATA_PREFIX = "refiner/"
 SETTING_KEYS = (
@@ -62,6 +65,8 @@ SETTING_KEYS = (
     "finalize_inline",
     "dedupe",
     "checksum",
+    "keep_versions",
+    "keep_for",
 )
 # Input metadata key telling the IO manager what to load: see ``io_manager``.
 LOAD_KEY = "refiner/load"
@@ -87,6 +92,8 @@ class AssetSettings:
     dedupe: str | None = None
     checksum: str | None = None
     lerobot: LeRobotOptions | None = None
+    keep_versions: int = DEFAULT_KEEP_VERSIONS
+    keep_for: float | None = None
 
 
 def unwrap_metadata(value: Any) -> Any:
@@ -145,13 +152,22 @@ def _check_value(name: str, value: Any, where: str) -> Any:
         return _one_of(value, DATASET_FORMATS, name, where, "format")
     if name == "missing_policy":
         return _one_of(value, MISSING_POLICIES, name, where, "missing_policy")
-    if name in ("target_bytes", "max_in_flight", "num_workers"):
+    if name in ("target_bytes", "max_in_flight", "num_workers", "keep_versions"):
         return _positive_int(value, name, where)
     if name == "finalize_inline":
         if not isinstance(value, bool):
             raise ValueError(
                 f"{_where_key(where, name)}={value!r} must be a boolean, True or False "
                 "(a string such as 'false' is not accepted)"
+            )
+        return value
+    if name == "keep_for":
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+        ):
+            raise ValueError(
+                f"{_where_key(where, name)}={value!r} must be a number of seconds of at least 0 "
+                f"(for example {METADATA_PREFIX}{name}: 604800 keeps a week), or None"
             )
         return value
     if name in _CONFIG_CHECKED:
@@ -220,5 +236,7 @@ def resolve_settings(
         finalize_inline=checked.get("finalize_inline", False),
         dedupe=checked.get("dedupe"),
         checksum=checked.get("checksum"),
+        keep_versions=checked.get("keep_versions", DEFAULT_KEEP_VERSIONS),
+        keep_for=checked.get("keep_for"),
         lerobot=lerobot_options({**found, "format": checked["format"]}, where=where),
     )

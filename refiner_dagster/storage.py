@@ -11,8 +11,11 @@ pointer file, written last by finalization, says which version readers see::
 ``<id>`` is the Dagster run id shortened to 12 hex digits. Readers only follow
 ``_current.json`` (``mdr.read_parquet`` and the other readers too, given the folder:
 refiner_core owns the pointer format, :mod:`refiner_core.io.versions`), so they never
-see a half-written version; versions created before the published one are deleted
-after it is published.
+see a half-written version. The pointer carries the history of its moves (which
+version was published when: ``as_of=`` reads it) and each published version's record
+says when it was published, by which Dagster run, and its ``parent`` (the version
+published before it). After a publish, unpublished versions created before it are
+deleted, and published ones beyond the version's :class:`~.retention.Retention`.
 
 Example:
     >>> import tempfile
@@ -39,12 +42,21 @@ from typing import Any
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core.io import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, read_pointer
+from refiner_core.io import (
+    CURRENT_POINTER,
+    VERSION_PREFIX,
+    VERSIONS_DIR,
+    moved_pointer,
+    read_pointer,
+)
 from refiner_core.manifests import DatasetSummary
 
 from .lerobot_format import DATASET_FORMATS, LEROBOT_FORMAT, DatasetFormat, lerobot_writer
+from .retention import Retention
 
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
+# Keys only the pointer has: its move history and the last rollback.
+_POINTER_ONLY = ("history", "rolled_back", "version", "url")
 _FORMATS: dict[str, DatasetFormat] = {name: name for name in DATASET_FORMATS}
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -221,7 +233,9 @@ class DatasetStorage:
         """Update and persist ``version``'s record (atomic replace)."""
         version.record.update(changes)
         version.record["updated_at"] = time.time()
-        data = json.dumps(version.record, indent=1, sort_keys=True).encode()
+        # a version opened from the pointer carries the pointer's own fields: not its record's
+        kept = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY}
+        data = json.dumps(kept, indent=1, sort_keys=True).encode()
         version.folder.write_bytes(f"{VERSIONS_DIR}/{version.name}.json", data)
 
     def begin(
@@ -312,10 +326,15 @@ class DatasetStorage:
         version: DatasetVersion,
         *,
         is_live: Callable[[str], bool] | None = None,
+        published_by: str | None = None,
         **extra: Any,
     ) -> DatasetVersion:
         """Point readers at ``version`` (one atomic write), then delete older versions
-        (see :meth:`cleanup` for ``is_live``).
+        beyond its retention (see :meth:`cleanup` for ``is_live``).
+
+        Its record gains ``published_at``, ``parent`` (the version published before it)
+        and ``published_by`` (the Dagster run that published it, when given); the pointer
+        appends the move to its history.
 
         Refuses (:class:`SupersededError`) when a newer version is already published.
         The reducer checks this too, but a run whose audit took longer than a newer
@@ -323,14 +342,46 @@ class DatasetStorage:
         right before the pointer is written.
         """
         self.refuse_superseded(version)
-        self.record(version, state=PUBLISHED, published_at=time.time(), **extra)
-        pointer = {**version.record, "version": version.name, "url": version.url}
-        version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
+        previous = self._pointer(version.asset_path, version.partition_key)
+        parent = previous["version"] if previous is not None else None
+        if parent == version.name:  # finalized again: keep the parent it had
+            parent = version.record.get("parent")
+        now = time.time()
+        self.record(
+            version,
+            state=PUBLISHED,
+            published_at=now,
+            parent=parent,
+            published_by=published_by or version.record.get("dagster_run_id"),
+            **extra,
+        )
+        run = version.record.get("published_by")
+        pointer = self._move_pointer(version, previous, now, action="publish", run=run)
         published = DatasetVersion(
             self, version.asset_path, version.partition_key, version.name, pointer
         )
         self.cleanup(published, is_live=is_live)
         return published
+
+    def _pointer(self, asset_path: Sequence[str], partition_key: str | None) -> dict | None:
+        folder = self.partition_folder(asset_path, partition_key)
+        return read_pointer(folder.fs, folder.path)
+
+    def _move_pointer(
+        self,
+        version: DatasetVersion,
+        previous: dict[str, Any] | None,
+        at: float,
+        *,
+        action: str,
+        **details: Any,
+    ) -> dict[str, Any]:
+        """Write the pointer that moves readers to ``version`` (one atomic write)."""
+        fields = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY}
+        fields["url"] = version.url
+        pointer = moved_pointer(previous, fields, version.name, at=at, action=action, **details)
+        version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
+        return pointer
 
     def refuse_superseded(self, version: DatasetVersion) -> None:
         """Raise :class:`SupersededError` when a newer version than ``version`` is published."""
@@ -349,7 +400,8 @@ class DatasetStorage:
     def cleanup(
         self, published: DatasetVersion, *, is_live: Callable[[str], bool] | None = None
     ) -> list[str]:
-        """Delete versions created before ``published`` (newer ones may still be running).
+        """Delete unpublished versions created before ``published`` (newer ones may still
+        be running) and previously published versions beyond its retention, oldest first.
 
         A version still in state ``writing`` is deleted only when ``is_live`` says the
         Dagster run writing it has finished (it crashed or was cancelled); without
@@ -357,18 +409,34 @@ class DatasetStorage:
         A ``written`` version is kept while ``is_live`` says its run is still live (its
         finalization may be running), and so is a ``published`` one whose run is known
         to be live (having published it, its finalization may still be reading it).
+        Published versions within the retention (:class:`~.retention.Retention`: the
+        newest ``keep_versions``, and those readers saw within ``keep_for``) are kept.
         """
         created = published.record.get("created_at", 0.0)
-        removed = []
-        for v in self.versions(published.asset_path, published.partition_key):
-            if v.name == published.name or v.record.get("created_at", 0.0) > created:
-                continue
+        others = [
+            v
+            for v in self.versions(published.asset_path, published.partition_key)
+            if v.name != published.name
+        ]
+        earlier = {
+            v.name: v.record.get("published_at", 0.0) for v in others if v.state == PUBLISHED
+        }
+        expired = Retention.from_record(published.record).expired(
+            published.record, earlier, time.time()
+        )
+        by_name = {v.name: v for v in others}
+        doomed = []
+        for v in others:
+            if v.state == PUBLISHED or v.record.get("created_at", 0.0) > created:
+                continue  # published ones go by retention; newer ones may still be running
             if v.state == WRITING and _maybe_live(v, is_live):
                 continue  # its run may still be writing it
             if v.state == WRITTEN and is_live is not None and _maybe_live(v, is_live):
                 continue  # its live run may be finalizing it
-            if v.state == PUBLISHED and _known_live(v, is_live):
-                continue
+            doomed.append(v)
+        doomed += [by_name[n] for n in expired if not _known_live(by_name[n], is_live)]
+        removed = []
+        for v in doomed:
             self._delete(v)
             removed.append(v.name)
         return removed

@@ -52,6 +52,7 @@ from .publish import (
     reduce_version,
     run_liveness,
 )
+from .retention import Retention
 from .settings import AssetSettings, resolve_settings
 from .storage import WRITTEN, DatasetStorage, DatasetVersion, short_run_id
 from .tables import written_asset_columns
@@ -140,6 +141,7 @@ class DatasetWriter:
                 "dagster_run_id": dagster_run_id,
                 "asset_key": asset_key.to_user_string(),
                 "partition_key": partition,
+                "retention": Retention(settings.keep_versions, settings.keep_for).as_record(),
                 **LeRobotOptions.record_of(settings.lerobot),
             },
             resume=True,
@@ -232,12 +234,16 @@ class DatasetWriter:
         *,
         audit: AuditPolicy | None = None,
         persisted: PersistedManifests | None = None,
+        retention: Retention | None = None,
+        published_by: str | None = None,
     ) -> Finalized:
         """Reduce ``version``, audit it (when ``audit`` is given), then publish it.
 
         Raises :class:`~refiner_dagster.publish.AuditFailedError` (carrying the check
         results) without publishing when an ERROR-severity check fails; readers keep the
         version they had. ``persisted`` is the version's manifests when already read.
+        ``retention`` replaces the policy the version was written with; ``published_by``
+        is the Dagster run publishing it (default: the one that wrote it).
         Finalizing a published version again re-runs the reducer (nothing left to
         delete) and re-writes the same pointer.
         """
@@ -246,7 +252,13 @@ class DatasetWriter:
         failed = error_failures(results)
         if failed:
             raise audit_failure(version, failed, results)
-        publish_version(version, summary, is_live=run_liveness(self.instance))
+        publish_version(
+            version,
+            summary,
+            is_live=run_liveness(self.instance),
+            retention=retention,
+            published_by=published_by,
+        )
         return Finalized(version, summary, results)
 
 

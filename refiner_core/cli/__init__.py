@@ -6,6 +6,10 @@
                                             for a LeRobot dataset, its videos match its episodes
     refiner preview OUT --html report.html  a page with sampled images, block fill and counters
                                             (a LeRobot dataset: a frame per episode and camera)
+    refiner history DATASET                 a dataset folder's versions: state, published at,
+                                            run, parent, rows; * marks the published one
+    refiner rollback DATASET [--to v-...]   point readers at an earlier version (default: the
+                                            published one's parent); deletes nothing
 
 ``OUT`` is a folder a writer wrote to, a Dagster dataset's version folder
 (``.../<asset>/v-<run>``), or the dataset's folder itself (its published version).
@@ -187,6 +191,58 @@ def preview(
         f.write(page.html)
     os.replace(temporary, html_path)  # never a half-written page
     Console(highlight=False).print(f"wrote {html_path} ({page.images} images)")
+
+
+def _dataset(out: str, endpoint_url: str | None, options: tuple[str, ...]) -> Any:
+    from ..io import DataFolder
+    from .history import dataset_folder
+
+    folder = DataFolder(out, _storage_options(endpoint_url, options) or None)
+    try:
+        return dataset_folder(folder)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+@_location_options
+def history(out: str, endpoint_url: str | None, options: tuple[str, ...]) -> None:
+    """List a dataset folder's versions: name, state, published at, run, parent, rows;
+    ``*`` marks the one readers see."""
+    from .history import render_history
+
+    render_history(_dataset(out, endpoint_url, options), output_console())
+
+
+@main.command()
+@_location_options
+@click.option("--to", "to", metavar="v-...", help="The version to publish again (default: parent).")
+@click.option("--reason", help="Why, recorded with the rollback.")
+@click.option("--by", help="Who, recorded with the rollback (default: your user name).")
+def rollback(
+    out: str,
+    endpoint_url: str | None,
+    options: tuple[str, ...],
+    to: str | None,
+    reason: str | None,
+    by: str | None,
+) -> None:
+    """Point the dataset's readers at an earlier published version (default: the
+    published version's parent) in one atomic write; nothing is deleted."""
+    import getpass
+
+    from ..io.dataset_history import RollbackRefused
+    from ..io.dataset_history import rollback as move_back
+
+    folder = _dataset(out, endpoint_url, options)
+    try:
+        pointer = move_back(folder, to=to, reason=reason, by=by or getpass.getuser())
+    except RollbackRefused as exc:
+        raise click.ClickException(str(exc)) from exc
+    moved = pointer["rolled_back"]
+    Console(highlight=False, soft_wrap=True).print(
+        f"rolled {out} back from {moved['from']} to {moved['to']}", markup=False
+    )
 
 
 __all__ = ["main"]

@@ -4,29 +4,46 @@ from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
+from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
 from .read_sources import read_sources, set_read_sources
+from .version_history import (
+    check_as_of,
+    first_published,
+    moved_pointer,
+    pointer_history,
+    version_at,
+)
 from .versions import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, UnknownVersion, read_pointer
 
 __all__ = [
     "CURRENT_POINTER",
     "ChecksumMismatchError",
+    "RollbackRefused",
+    "VersionInfo",
     "UnknownVersion",
     "VERSIONS_DIR",
     "VERSION_PREFIX",
     "DataFile",
     "DataFolder",
+    "check_as_of",
+    "dataset_versions",
     "check_relative",
     "checksum_of",
+    "first_published",
     "full_url",
     "is_local",
     "is_s3",
     "iter_blobs",
+    "moved_pointer",
     "parse_checksum",
+    "pointer_history",
     "read_blob",
     "read_blobs",
     "read_pointer",
     "read_sources",
     "resolve",
+    "rollback",
     "set_read_sources",
     "validate_reference",
+    "version_at",
 ]

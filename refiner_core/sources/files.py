@@ -7,7 +7,7 @@ import posixpath
 from typing import Any
 
 from ..io.datafile import full_url, resolve
-from ..io.versions import check_version, version_folder
+from ..io.versions import Wanted, check_version, version_folder
 from ..manifests._attempts import LAYOUT_PATH
 from .committed import REFINER_DIR, committed_files, holds_output
 
@@ -19,7 +19,7 @@ def expand_inputs(
     storage_options: dict[str, Any] | None,
     what: str,
     uncommitted: bool = False,
-    version: str | None = None,
+    version: Wanted = None,
 ) -> list[tuple[Any, str]]:
     """Return ``(fs, path)`` for every file named by ``inputs``, sorted and de-duplicated.
 
@@ -63,8 +63,8 @@ def expand_inputs(
         elif fs.exists(path):
             if version is not None:
                 raise ValueError(
-                    f"{what}: version={version!r} names a version of a dataset folder, but "
-                    f"{item!r} is a file; pass the dataset folder, or drop version="
+                    f"{what}: version/as_of={version!r} names a version of a dataset folder, "
+                    f"but {item!r} is a file; pass the dataset folder, or drop it"
                 )
             found[full_url(fs, path)] = (fs, path)
         else:
@@ -87,7 +87,7 @@ def _walk(
     suffixes: tuple[str, ...],
     what: str,
     uncommitted: bool = False,
-    version: str | None = None,
+    version: Wanted = None,
 ) -> list[str]:
     top = folder.rstrip("/")
     skip = {posixpath.join(top, d) for d in _asset_subdirs(fs, folder)}

@@ -9,6 +9,7 @@ from typing import Any
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
 from ..io.ranged import open_range
+from ..io.versions import Wanted
 from ..row import Row
 from ..validation import check_positive
 from .base import (
@@ -51,7 +52,7 @@ class JsonlSource:
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
         uncommitted: bool = False,
-        version: str | None = None,
+        version: Wanted = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
-from ..io.versions import check_version, version_folder
+from ..io.versions import Wanted, check_version, version_folder
 from ..lance.blobs import blob_columns, mark_blob_columns
 from ..lance.dataset import dataset_url, lance_storage_options, open_dataset, probe
 from ..lance.isolation import call_isolated, iter_isolated
@@ -65,7 +66,7 @@ class LanceSource:
     ``None``) and travels in every shard, so all shards read the same snapshot even
     if the dataset is written to meanwhile. ``uri`` may be a versioned dataset folder
     (:mod:`refiner_core.io.versions`): the table read is then its published version's,
-    or that of ``version="v-<id>"``, chosen when the stage plans too. Blocks are Arrow tables of at most
+    or that of ``version="v-<id>"`` (or ``as_of=datetime``), chosen when the stage plans too. Blocks are Arrow tables of at most
     ``batch_rows`` rows and about ``batch_bytes`` bytes (:func:`fragment_batching`);
     field metadata (asset marks) comes back as written, and Lance blob columns as the
     bytes they hold (:mod:`refiner_core.lance.blobs`).
@@ -87,16 +88,24 @@ class LanceSource:
         dtypes: dict[str, Any] | None = None,
         columns: list[str] | None = None,
         version: int | str | None = None,
+        as_of: datetime | None = None,
         num_shards: int | None = None,
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)
-        self.dataset_version = version if isinstance(version, str) else None
-        if isinstance(version, str):
-            check_version(version, "read_lance")
-            version = None
+        self.dataset_version: Wanted = None
+        if isinstance(version, str | datetime) or as_of is not None:
+            self.dataset_version = check_version(
+                version if isinstance(version, str | datetime) else None, "read_lance", as_of
+            )
+            version = None if isinstance(version, str | datetime) else version
+            if version is not None:
+                raise ValueError(
+                    f"read_lance: both version={version!r} (a Lance table version) and "
+                    f"as_of={as_of!r} were given; pass one of them"
+                )
         elif version is not None:
             check_positive("version", version)
         check_columns(columns)

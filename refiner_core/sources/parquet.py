@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from ..datatype import fields_from_dtypes
 from ..io.datafile import full_url, resolve
+from ..io.versions import Wanted
 from ..validation import check_positive
 from .arrow_cast import apply_fields, projected_schema
 from .base import (
@@ -60,7 +61,7 @@ class ParquetSource:
         target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
         storage_options: dict[str, Any] | None = None,
         uncommitted: bool = False,
-        version: str | None = None,
+        version: Wanted = None,
     ) -> None:
         check_num_shards(num_shards)
         check_positive("target_shard_bytes", target_shard_bytes)

@@ -154,7 +154,8 @@ def test_rematerialization_is_atomic(dagster_instance, media):
     files = media(4)
     episodes = episodes_asset(files)
     finalized = rd.build_finalization_asset(episodes)
-    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=2)}
+    # keep only the published version, so publishing the second deletes the first
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=2, keep_versions=1)}
     assert dg.materialize(
         [episodes, finalized], instance=dagster_instance, resources=resources
     ).success

@@ -188,10 +188,11 @@ def test_an_older_published_version_stays_while_its_run_is_live(tmp_path):
     # reading it for its metadata when run b publishes the newer one.
     storage = rd.DatasetStorage(str(tmp_path))
     live = {"run-a": True, "run-b": True}
-    older = storage.begin(["episodes"], None, "v-older", {"dagster_run_id": "run-a"})
+    keep_one = {"retention": {"keep_versions": 1}}
+    older = storage.begin(["episodes"], None, "v-older", {"dagster_run_id": "run-a", **keep_one})
     older.folder.write_bytes("v-older/part.parquet", b"older")
     time.sleep(0.01)
-    newer = storage.begin(["episodes"], None, "v-newer", {"dagster_run_id": "run-b"})
+    newer = storage.begin(["episodes"], None, "v-newer", {"dagster_run_id": "run-b", **keep_one})
     storage.publish(older, is_live=live.__getitem__)
     published = storage.publish(newer, is_live=live.__getitem__)
     assert storage.current(["episodes"], None).name == "v-newer"
