@@ -44,6 +44,7 @@ from .checks import (
     scan_references,
 )
 from .lerobot_format import LEROBOT_FORMAT, video_integrity_result
+from .one_publisher import publishing, refuse_moved_pointer
 from .storage import DatasetVersion
 
 __all__ = [
@@ -121,7 +122,8 @@ def reduce_version(
 ) -> DatasetSummary:
     """Run the reducer over ``version``'s persisted manifests; returns the summary it wrote.
 
-    Refuses a version with no completed write and one older than the published version.
+    Refuses a version with no completed write, one older than the published version and
+    one begun before the published version was (another run published first).
     ``persisted`` is the version's manifests when the caller has read them already.
     """
     run_id = version.engine_run_id
@@ -131,6 +133,7 @@ def reduce_version(
             "materialize the dataset asset again"
         )
     version.storage.refuse_superseded(version)
+    refuse_moved_pointer(version)
     return finalize_output(
         version.format,
         version.url,
@@ -187,18 +190,21 @@ def publish_version(
 ) -> DatasetVersion:
     """Move the pointer to ``version``, then delete older versions no live run is writing.
 
-    The pointer moves only while the version's summary is still the one this reduction
-    wrote; if another run finalized the folder meanwhile, :class:`mdr.OwnershipLost`
-    names it and readers keep the version they had.
+    One run publishes a partition at a time, and only over the version that was published
+    when ``version`` began: if another run published since, ``SupersededError`` names it
+    (:mod:`.one_publisher`). The pointer moves only while the version's summary is still
+    the one this reduction wrote; if another run finalized the folder meanwhile,
+    :class:`mdr.OwnershipLost` names it. Either way readers keep the version they had.
     """
-    _check_still_ours(version, summary)
-    return version.storage.publish(
-        version,
-        is_live=is_live,
-        rows_written=summary.rows_written,
-        files_written=summary.counters.get("files_written", 0),
-        first_file=summary.files[0] if summary.files else None,
-    )
+    with publishing(version):
+        _check_still_ours(version, summary)
+        return version.storage.publish(
+            version,
+            is_live=is_live,
+            rows_written=summary.rows_written,
+            files_written=summary.counters.get("files_written", 0),
+            first_file=summary.files[0] if summary.files else None,
+        )
 
 
 def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:
