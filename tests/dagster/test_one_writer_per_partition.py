@@ -116,8 +116,8 @@ def test_superseded_error_names_the_winner(tmp_path):
     second = storage.begin(["frames"], "a", "v-second", {"dagster_run_id": "run-second"})
     assert second.record["base_version"] is None
     storage.publish(first)
-    with pytest.raises(rd.SupersededError, match="run run-first published version v-first") as e:
-        with publishing(second):
-            storage.publish(second)
+    refused = pytest.raises(rd.SupersededError, match="run run-first published version v-first")
+    with refused as e, publishing(second):
+        storage.publish(second)
     assert (e.value.winner_run, e.value.winner_version) == ("run-first", "v-first")
     assert storage.current(["frames"], "a").name == "v-first"
