@@ -16,7 +16,6 @@ import dagster as dg
 import pytest
 
 import refiner_dagster as rd
-from refiner_dagster.one_publisher import publishing
 from refiner_dagster.storage import short_run_id
 from tests.dagster import partition_race_defs as race
 from tests.dagster.conftest import TELEMETRY_OFF
@@ -111,6 +110,8 @@ def test_two_runs_of_one_partition_publish_one_version(
 
 
 def test_superseded_error_names_the_winner(tmp_path):
+    from refiner_dagster.one_publisher import publishing
+
     storage = rd.DatasetStorage(str(tmp_path))
     first = storage.begin(["frames"], "a", "v-first", {"dagster_run_id": "run-first"})
     second = storage.begin(["frames"], "a", "v-second", {"dagster_run_id": "run-second"})
