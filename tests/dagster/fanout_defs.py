@@ -173,3 +173,37 @@ def frames_dask_job() -> dg.JobDefinition:
     bucket = os.environ[BASE_ENV].removeprefix("s3://").split("/", 1)[0]
     step_io = S3PickleIOManager(s3_resource=s3_resource(), s3_bucket=bucket, s3_prefix="steps")
     return _defs(frames_static, dask_executor, step_io).resolve_job_def("frames_static_job")
+
+
+# three daily partitions, written by static write steps (what dask runs) or mapped ones
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+frames_daily = rd.build_dataset_asset(
+    frames_pipeline, name="frames_daily", partitions_def=DAILY, static_tasks=3
+)
+frames_mapped = rd.build_dataset_asset(frames_pipeline, name="frames_mapped", max_tasks=3)
+
+
+def _dask_job(asset: dg.AssetsDefinition, executor: Any) -> dg.JobDefinition:
+    from dagster_aws.s3 import S3PickleIOManager
+
+    bucket = os.environ[BASE_ENV].removeprefix("s3://").split("/", 1)[0]
+    step_io = S3PickleIOManager(s3_resource=s3_resource(), s3_bucket=bucket, s3_prefix="steps")
+    return _defs(asset, executor, step_io).resolve_job_def(f"{asset.key.path[-1]}_job")
+
+
+def frames_daily_dask_job() -> dg.JobDefinition:
+    from refiner_dagster.dask_executor import dask_executor
+
+    return _dask_job(frames_daily, dask_executor)
+
+
+def frames_daily_stock_dask_job() -> dg.JobDefinition:
+    from dagster_dask import dask_executor
+
+    return _dask_job(frames_daily, dask_executor)
+
+
+def frames_mapped_dask_job() -> dg.JobDefinition:
+    from dagster_dask import dask_executor
+
+    return _dask_job(frames_mapped, dask_executor)
