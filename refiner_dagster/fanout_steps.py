@@ -187,9 +187,29 @@ def plan_tasks(
     return plan, [FanoutTask(plan, i, list(group)) for i, group in enumerate(groups)]
 
 
+# Executors that run only the steps planned before the run starts: steps mapped over
+# dynamic outputs (and the finalize step after them) never run, yet the run succeeds.
+INITIAL_PLAN_ONLY_EXECUTORS = frozenset({"dask"})
+
+
+def refuse_skipping_executor(spec: FanoutSpec, context: dg.OpExecutionContext) -> None:
+    """Fail the plan step when the run's executor would skip the mapped write steps."""
+    executor = context.job_def.executor_def.name
+    if spec.static_tasks is None and executor in INITIAL_PLAN_ONLY_EXECUTORS:
+        raise dg.Failure(
+            description=(
+                f"{spec.where} maps its write steps over dynamic outputs, but the {executor!r} "
+                "executor runs only the steps planned before the run starts: the write and "
+                "finalize steps would be skipped and nothing written. Build the asset with "
+                "build_dataset_asset(..., static_tasks=N) to run it on this executor"
+            )
+        )
+
+
 def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
     """The plan, then the tasks: one dynamic output each (write steps mapped over them),
     or with ``static_tasks`` one list (write step ``i`` takes task ``i``)."""
+    refuse_skipping_executor(spec, context)
     plan, tasks = plan_tasks(spec, context, config)
     yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
     if spec.static_tasks is not None:

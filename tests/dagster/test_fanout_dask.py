@@ -170,3 +170,22 @@ def test_daily_partitions_on_dask_match_in_process(
         in_process = defs.rows_of(defs.published("frames_daily", day))
         # the same values and the same media bytes behind every blob reference
         assert on_dask[day] == in_process == defs.expected_rows(day)
+
+
+def test_mapped_write_steps_on_dask_fail_the_run_before_writing(dagster_instance, dask_s3):
+    # dask runs only the steps planned before the run starts: mapped write steps and the
+    # finalize step would be skipped, so the plan step refuses instead of a silent success
+    with dg.execute_job(
+        dg.reconstructable(defs.frames_mapped_dask_job),
+        instance=dagster_instance,
+        run_config=_dask_config(dask_s3["address"]),
+    ) as result:
+        assert not result.success
+        failures = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        started = [e.step_key for e in result.all_events if e.event_type_value == "STEP_START"]
+    assert [e.step_key for e in failures] == ["frames_mapped.frames_mapped_plan"]
+    message = str(failures[0].event_specific_data.error)
+    assert "asset frames_mapped maps its write steps over dynamic outputs" in message
+    assert "'dask' executor" in message and "static_tasks=N" in message
+    assert started == ["frames_mapped.frames_mapped_plan"]
+    assert defs.refiner_resource().storage().versions(["frames_mapped"], None) == []
