@@ -31,7 +31,7 @@ from .finalization import published_metadata
 from .io_manager import writer_for
 from .metadata import counters_metadata
 from .publish import AuditFailedError, AuditPolicy
-from .storage import short_run_id
+from .storage import DatasetVersion, short_run_id
 from .strict_fields import StrictFields
 from .writer import DatasetWriter, committed_counters
 
@@ -251,6 +251,24 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
     return dg.Output(result, metadata=metadata)
 
 
+def write_missing(
+    spec: FanoutSpec, context: dg.OpExecutionContext, plan: FanoutPlan, version: DatasetVersion
+) -> None:
+    """Write, as this step's attempt, every shard of the plan no write step committed."""
+    writer = spec.writer(context)
+    _, assets = writer.settings(spec.asset_key, spec.definition_metadata)
+    pipeline = spec.pipeline(context)
+    shards = version.writer(pipeline, assets).write_stage.plan(run_id=plan.run_id)
+    attempt = attempt_id_for(context.run_id, str(context.op_handle), context.retry_number)
+    written, _ = writer.write_shards(
+        version, pipeline, assets, shards, run_id=plan.run_id, attempt_id=attempt
+    )
+    context.log.warning(
+        f"{version.describe()}: wrote {len(written)} shard(s) of write steps this "
+        f"re-execution left out (its parent run stopped before they started), as attempt {attempt}"
+    )
+
+
 def finalize_step(
     spec: FanoutSpec,
     context: dg.OpExecutionContext,
@@ -267,12 +285,19 @@ def finalize_step(
     # read once: counting, reducing and the summary share these manifests
     persisted = manifests.read_persisted(version.output_folder())
     counters = committed_counters(version, plan.run_id, persisted)
+    if counters["shards"] != plan.shards and context.run.parent_run_id is not None:
+        # a re-execution from failure leaves out the write steps its parent never started
+        # (its run worker was killed before them): write their shards here
+        write_missing(spec, context, plan, version)
+        persisted = manifests.read_persisted(version.output_folder())
+        counters = committed_counters(version, plan.run_id, persisted)
     committed = counters["shards"]
     if committed != plan.shards:
         raise RuntimeError(
             f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
-            f"(write steps reported {sum(len(w) for w in written)}); re-execute the run from "
-            "failure to write the missing ones"
+            f"({len(written)} of {plan.tasks} write step(s) ran, reporting "
+            f"{sum(len(w) for w in written)}); re-execute the run from failure to write the "
+            "missing ones"
         )
     started = time.monotonic() - (time.time() - plan.started_at)
     writer.record_written(version, plan.run_id, spec.pipeline(context), started, counters)

@@ -8,14 +8,16 @@ set before the steps start:
 - ``REFINER_FANOUT_BASE``: base_url of the refiner IO manager.
 - ``REFINER_FANOUT_LOG``: a folder where every processed row leaves a file
   ``<run>-<i>`` (what a run really wrote).
-- ``REFINER_FANOUT_FAULT``: ``exit:<i>`` (the process dies at row ``i`` once) or
-  ``raise:<i>`` (row ``i`` raises once); the first time leaves a marker in the log folder
-  (for ``exit``, listing the files under the base folder at the moment of death).
+- ``REFINER_FANOUT_FAULT``: ``exit:<i>`` (the process dies at row ``i`` once),
+  ``raise:<i>`` (row ``i`` raises once) or ``stall:<i>`` (row ``i`` waits, once, for the
+  test to kill the process); the first time leaves a marker in the log folder (for
+  ``exit``, listing the files under the base folder at the moment of death).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import dagster as dg
@@ -61,6 +63,8 @@ def _fault(i: int) -> None:
                 f.writelines(os.path.join(root, n) + "\n" for n in names)
     if kind == "exit":
         os._exit(17)  # the step's process dies mid-shard, no cleanup at all
+    if kind == "stall":
+        time.sleep(600)  # until the test kills the process
     raise RuntimeError(f"injected failure at row {i}")
 
 
@@ -164,6 +168,11 @@ def frames_multiprocess_job() -> dg.JobDefinition:
 
 def frames_once_job() -> dg.JobDefinition:
     return _defs(frames_once, MULTIPROCESS).resolve_job_def("frames_once_job")
+
+
+def frames_once_in_process_job() -> dg.JobDefinition:
+    """Every step in the run worker's own process (killing it stops the whole run)."""
+    return _defs(frames_once, dg.in_process_executor).resolve_job_def("frames_once_job")
 
 
 def frames_dask_job() -> dg.JobDefinition:
