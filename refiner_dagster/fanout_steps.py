@@ -295,9 +295,8 @@ def finalize_step(
     if committed != plan.shards:
         raise RuntimeError(
             f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
-            f"({len(written)} of {plan.tasks} write step(s) ran, reporting "
-            f"{sum(len(w) for w in written)}); re-execute the run from failure to write the "
-            "missing ones"
+            f"(its {plan.tasks} planned write step(s) reported {sum(len(w) for w in written)}); "
+            "re-execute the run from failure to write the missing ones"
         )
     started = time.monotonic() - (time.time() - plan.started_at)
     writer.record_written(version, plan.run_id, spec.pipeline(context), started, counters)
