@@ -194,8 +194,13 @@ INITIAL_PLAN_ONLY_EXECUTORS = frozenset({"dask"})
 
 def refuse_skipping_executor(spec: FanoutSpec, context: dg.OpExecutionContext) -> None:
     """Fail the plan step when the run's executor would skip the mapped write steps."""
-    executor = context.job_def.executor_def.name
-    if spec.static_tasks is None and executor in INITIAL_PLAN_ONLY_EXECUTORS:
+    if spec.static_tasks is not None:
+        return
+    try:
+        executor = context.job_def.executor_def.name
+    except dg.DagsterError:  # the op is invoked directly (build_op_context): no job
+        return
+    if executor in INITIAL_PLAN_ONLY_EXECUTORS:
         raise dg.Failure(
             description=(
                 f"{spec.where} maps its write steps over dynamic outputs, but the {executor!r} "
