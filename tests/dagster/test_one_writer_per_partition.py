@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
+import time
 import traceback
 
 import dagster as dg
@@ -122,3 +124,24 @@ def test_superseded_error_names_the_winner(tmp_path):
         storage.publish(second)
     assert (e.value.winner_run, e.value.winner_version) == ("run-first", "v-first")
     assert storage.current(["frames"], "a").name == "v-first"
+
+
+def test_a_publication_waits_for_the_one_in_progress(tmp_path):
+    from refiner_core.integration import OutputOwnership
+    from refiner_dagster.one_publisher import publishing
+
+    storage = rd.DatasetStorage(str(tmp_path))
+    version = storage.begin(["frames"], "a", "v-mine", {"dagster_run_id": "run-mine"})
+    other = OutputOwnership(version.folder, run_id="run-other")
+    other.acquire()  # another run is publishing this partition
+    events: list[str] = []
+    releaser = threading.Timer(1.0, lambda: (events.append("released"), other.release()))
+    releaser.start()
+    started = time.monotonic()
+    with publishing(version):
+        events.append("publishing")
+        storage.publish(version)
+    releaser.join()
+    assert events == ["released", "publishing"]
+    assert time.monotonic() - started >= 1.0
+    assert storage.current(["frames"], "a").name == "v-mine"
