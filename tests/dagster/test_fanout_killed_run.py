@@ -42,8 +42,8 @@ def _wait_for(path: str, process: subprocess.Popen, timeout: float = 120.0) -> N
 @pytest.mark.timeout(300)
 def test_reexecution_after_sigkill_finishes_the_version(
     dagster_instance,
-    fanout_env,
-    monkeypatch,  # noqa: F811
+    fanout_env,  # noqa: F811 (the fixture imported above)
+    monkeypatch,
 ):
     log = fanout_env[defs.LOG_ENV]
     # row 4 is the first row of write step task_00001 (task_00000 wrote rows 0-3)
