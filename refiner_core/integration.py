@@ -4,9 +4,9 @@ Users need nothing from here: ``refiner_core.__all__`` and ``PUBLIC_MODULES`` ar
 user API. An integration that schedules the engine's stages itself (plans shards on one
 machine, writes them on others, finalizes in a later step) also needs to reduce the
 persisted manifests the way finalization does, to finalize an output from its record
-alone, and to size its worker pools; those are these names, and an integration
-imports refiner_core's internals only through this module (``tests/test_layering.py``
-enforces it for refiner_dagster).
+alone, to size its worker pools, and to own a folder while it publishes (one publisher
+at a time); those are these names, and an integration imports refiner_core's internals
+only through this module (``tests/test_layering.py`` enforces it for refiner_dagster).
 
 Example:
     >>> committed_counters(choose_committed([], run_id="0123456789ab").values())["rows_written"]
@@ -16,7 +16,14 @@ Example:
 from __future__ import annotations
 
 from .cpus import usable_cpus
+from .io.ownership import OutputOwnership
 from .manifests._attempts import choose_committed, committed_counters
 from .sinks import finalize_output
 
-__all__ = ["choose_committed", "committed_counters", "finalize_output", "usable_cpus"]
+__all__ = [
+    "OutputOwnership",
+    "choose_committed",
+    "committed_counters",
+    "finalize_output",
+    "usable_cpus",
+]

@@ -21,7 +21,12 @@ only when no ERROR-severity check failed.
 Retries and resume: each write step's attempt id derives from the Dagster run id,
 the step key and the retry number; a retried step writes a new attempt and the
 finalize step removes the dead one's files. Re-executing a failed run from failure
-keeps the shards already committed and finishes the same version.
+keeps the shards already committed and finishes the same version (the finalize step
+writes the shards of write steps the failed run never started).
+
+Concurrent runs: two runs of one partition may write at once, but the first to finish
+publishes and the other fails with :class:`~refiner_dagster.SupersededError` naming it
+(:mod:`refiner_dagster.one_publisher`).
 """
 
 from collections.abc import Mapping
@@ -97,7 +102,9 @@ def build_dataset_asset(
     - ``static_tasks``: exactly this many write steps, known before the run starts,
       instead of steps mapped over dynamic outputs. For executors that only run the
       steps of the initial plan: ``dagster_dask.dask_executor`` (0.29) skips mapped
-      steps without an error. Steps left without shards finish at once.
+      steps, so without it the plan step fails the run there. Steps left without shards
+      finish at once. Time-window partitions on dask need
+      :data:`refiner_dagster.dask_executor.dask_executor`.
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
       :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with

@@ -31,7 +31,7 @@ from .finalization import published_metadata
 from .io_manager import writer_for
 from .metadata import counters_metadata
 from .publish import AuditFailedError, AuditPolicy
-from .storage import short_run_id
+from .storage import DatasetVersion, short_run_id
 from .strict_fields import StrictFields
 from .writer import DatasetWriter, committed_counters
 
@@ -187,9 +187,34 @@ def plan_tasks(
     return plan, [FanoutTask(plan, i, list(group)) for i, group in enumerate(groups)]
 
 
+# Executors that run only the steps planned before the run starts: steps mapped over
+# dynamic outputs (and the finalize step after them) never run, yet the run succeeds.
+INITIAL_PLAN_ONLY_EXECUTORS = frozenset({"dask"})
+
+
+def refuse_skipping_executor(spec: FanoutSpec, context: dg.OpExecutionContext) -> None:
+    """Fail the plan step when the run's executor would skip the mapped write steps."""
+    if spec.static_tasks is not None:
+        return
+    try:
+        executor = context.job_def.executor_def.name
+    except dg.DagsterError:  # the op is invoked directly (build_op_context): no job
+        return
+    if executor in INITIAL_PLAN_ONLY_EXECUTORS:
+        raise dg.Failure(
+            description=(
+                f"{spec.where} maps its write steps over dynamic outputs, but the {executor!r} "
+                "executor runs only the steps planned before the run starts: the write and "
+                "finalize steps would be skipped and nothing written. Build the asset with "
+                "build_dataset_asset(..., static_tasks=N) to run it on this executor"
+            )
+        )
+
+
 def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig):
     """The plan, then the tasks: one dynamic output each (write steps mapped over them),
     or with ``static_tasks`` one list (write step ``i`` takes task ``i``)."""
+    refuse_skipping_executor(spec, context)
     plan, tasks = plan_tasks(spec, context, config)
     yield dg.Output(plan, output_name="plan", metadata={"shards": plan.shards, "tasks": plan.tasks})
     if spec.static_tasks is not None:
@@ -231,6 +256,24 @@ def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTas
     return dg.Output(result, metadata=metadata)
 
 
+def write_missing(
+    spec: FanoutSpec, context: dg.OpExecutionContext, plan: FanoutPlan, version: DatasetVersion
+) -> None:
+    """Write, as this step's attempt, every shard of the plan no write step committed."""
+    writer = spec.writer(context)
+    _, assets = writer.settings(spec.asset_key, spec.definition_metadata)
+    pipeline = spec.pipeline(context)
+    shards = version.writer(pipeline, assets).write_stage.plan(run_id=plan.run_id)
+    attempt = attempt_id_for(context.run_id, str(context.op_handle), context.retry_number)
+    written, _ = writer.write_shards(
+        version, pipeline, assets, shards, run_id=plan.run_id, attempt_id=attempt
+    )
+    context.log.warning(
+        f"{version.describe()}: wrote {len(written)} shard(s) of write steps this "
+        f"re-execution left out (its parent run stopped before they started), as attempt {attempt}"
+    )
+
+
 def finalize_step(
     spec: FanoutSpec,
     context: dg.OpExecutionContext,
@@ -247,12 +290,18 @@ def finalize_step(
     # read once: counting, reducing and the summary share these manifests
     persisted = manifests.read_persisted(version.output_folder())
     counters = committed_counters(version, plan.run_id, persisted)
+    if counters["shards"] != plan.shards and context.run.parent_run_id is not None:
+        # a re-execution from failure leaves out the write steps its parent never started
+        # (its run worker was killed before them): write their shards here
+        write_missing(spec, context, plan, version)
+        persisted = manifests.read_persisted(version.output_folder())
+        counters = committed_counters(version, plan.run_id, persisted)
     committed = counters["shards"]
     if committed != plan.shards:
         raise RuntimeError(
             f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
-            f"(write steps reported {sum(len(w) for w in written)}); re-execute the run from "
-            "failure to write the missing ones"
+            f"(its {plan.tasks} planned write step(s) reported {sum(len(w) for w in written)}); "
+            "re-execute the run from failure to write the missing ones"
         )
     started = time.monotonic() - (time.time() - plan.started_at)
     writer.record_written(version, plan.run_id, spec.pipeline(context), started, counters)

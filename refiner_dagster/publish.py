@@ -44,6 +44,7 @@ from .checks import (
     scan_references,
 )
 from .lerobot_format import LEROBOT_FORMAT, lerobot_sink_options, video_integrity_result
+from .one_publisher import publishing, refuse_moved_pointer
 from .retention import Retention
 from .storage import DatasetVersion
 
@@ -122,7 +123,8 @@ def reduce_version(
 ) -> DatasetSummary:
     """Run the reducer over ``version``'s persisted manifests; returns the summary it wrote.
 
-    Refuses a version with no completed write and one older than the published version.
+    Refuses a version with no completed write, one older than the published version and
+    one begun before the published version was (another run published first).
     ``persisted`` is the version's manifests when the caller has read them already.
     """
     run_id = version.engine_run_id
@@ -132,6 +134,7 @@ def reduce_version(
             "materialize the dataset asset again"
         )
     version.storage.refuse_superseded(version)
+    refuse_moved_pointer(version)
     fmt = version.format
     return finalize_output(
         fmt,
@@ -196,21 +199,24 @@ def publish_version(
     """Move the pointer to ``version``, then delete older versions beyond its retention
     (``retention``, else the one it was written with) that no live run is using.
 
-    The pointer moves only while the version's summary is still the one this reduction
-    wrote; if another run finalized the folder meanwhile, :class:`mdr.OwnershipLost`
-    names it and readers keep the version they had.
+    One run publishes a partition at a time, and only over the version that was published
+    when ``version`` began: if another run published since, ``SupersededError`` names it
+    (:mod:`.one_publisher`). The pointer moves only while the version's summary is still
+    the one this reduction wrote; if another run finalized the folder meanwhile,
+    :class:`mdr.OwnershipLost` names it. Either way readers keep the version they had.
     """
-    _check_still_ours(version, summary)
-    policy = {"retention": retention.as_record()} if retention is not None else {}
-    return version.storage.publish(
-        version,
-        is_live=is_live,
-        published_by=published_by,
-        **policy,
-        rows_written=summary.rows_written,
-        files_written=summary.counters.get("files_written", 0),
-        first_file=summary.files[0] if summary.files else None,
-    )
+    with publishing(version):
+        _check_still_ours(version, summary)
+        policy = {"retention": retention.as_record()} if retention is not None else {}
+        return version.storage.publish(
+            version,
+            is_live=is_live,
+            published_by=published_by,
+            **policy,
+            rows_written=summary.rows_written,
+            files_written=summary.counters.get("files_written", 0),
+            first_file=summary.files[0] if summary.files else None,
+        )
 
 
 def _check_still_ours(version: DatasetVersion, summary: DatasetSummary) -> None:

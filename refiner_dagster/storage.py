@@ -181,7 +181,18 @@ def one_version(loaded: Any, who: str) -> DatasetVersion:
 
 
 class SupersededError(mdr.RefinerError, RuntimeError):
-    """A version older than the published one is refused: readers keep the newer one."""
+    """A version is refused because another one was published first: readers keep that one.
+
+    ``winner_version`` / ``winner_run`` name the published version and the Dagster run
+    that wrote it (``None`` when its record does not say).
+    """
+
+    def __init__(
+        self, message: str, *, winner_version: str | None = None, winner_run: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.winner_version = winner_version
+        self.winner_run = winner_run
 
 
 class DatasetStorage:
@@ -251,6 +262,9 @@ class DatasetStorage:
 
         With ``resume``, a version still being written by the same Dagster run (a retried
         or re-executed step) keeps its files, so committed shards are not written again.
+        The record keeps the version published at the start (``base_version``): the new
+        version is published only while readers still see that one (see
+        :mod:`refiner_dagster.one_publisher`).
         """
         current = self.current(asset_path, partition_key)
         if current is not None and current.name == name:
@@ -265,7 +279,9 @@ class DatasetStorage:
             return version
         version = DatasetVersion(self, list(asset_path), partition_key, name, {})
         version.folder.rm(name, recursive=True)
-        self.record(version, **record, state=WRITING, created_at=time.time())
+        # what readers saw when this version began: it is published only over that one
+        base = current.name if current is not None else None
+        self.record(version, **record, state=WRITING, created_at=time.time(), base_version=base)
         return version
 
     def _record_of(
@@ -394,7 +410,9 @@ class DatasetStorage:
             raise SupersededError(
                 f"{version.describe()} was superseded: the newer version {current.name} is "
                 "already published, so this one is not published. Materialize the dataset "
-                "asset again to replace it"
+                "asset again to replace it",
+                winner_version=current.name,
+                winner_run=current.record.get("dagster_run_id"),
             )
 
     def cleanup(

@@ -8,14 +8,16 @@ set before the steps start:
 - ``REFINER_FANOUT_BASE``: base_url of the refiner IO manager.
 - ``REFINER_FANOUT_LOG``: a folder where every processed row leaves a file
   ``<run>-<i>`` (what a run really wrote).
-- ``REFINER_FANOUT_FAULT``: ``exit:<i>`` (the process dies at row ``i`` once) or
-  ``raise:<i>`` (row ``i`` raises once); the first time leaves a marker in the log folder
-  (for ``exit``, listing the files under the base folder at the moment of death).
+- ``REFINER_FANOUT_FAULT``: ``exit:<i>`` (the process dies at row ``i`` once),
+  ``raise:<i>`` (row ``i`` raises once) or ``stall:<i>`` (row ``i`` waits, once, for the
+  test to kill the process); the first time leaves a marker in the log folder (for
+  ``exit``, listing the files under the base folder at the moment of death).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import dagster as dg
@@ -61,6 +63,8 @@ def _fault(i: int) -> None:
                 f.writelines(os.path.join(root, n) + "\n" for n in names)
     if kind == "exit":
         os._exit(17)  # the step's process dies mid-shard, no cleanup at all
+    if kind == "stall":
+        time.sleep(600)  # until the test kills the process
     raise RuntimeError(f"injected failure at row {i}")
 
 
@@ -166,6 +170,11 @@ def frames_once_job() -> dg.JobDefinition:
     return _defs(frames_once, MULTIPROCESS).resolve_job_def("frames_once_job")
 
 
+def frames_once_in_process_job() -> dg.JobDefinition:
+    """Every step in the run worker's own process (killing it stops the whole run)."""
+    return _defs(frames_once, dg.in_process_executor).resolve_job_def("frames_once_job")
+
+
 def frames_dask_job() -> dg.JobDefinition:
     from dagster_aws.s3 import S3PickleIOManager
     from dagster_dask import dask_executor
@@ -173,3 +182,37 @@ def frames_dask_job() -> dg.JobDefinition:
     bucket = os.environ[BASE_ENV].removeprefix("s3://").split("/", 1)[0]
     step_io = S3PickleIOManager(s3_resource=s3_resource(), s3_bucket=bucket, s3_prefix="steps")
     return _defs(frames_static, dask_executor, step_io).resolve_job_def("frames_static_job")
+
+
+# three daily partitions, written by static write steps (what dask runs) or mapped ones
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
+frames_daily = rd.build_dataset_asset(
+    frames_pipeline, name="frames_daily", partitions_def=DAILY, static_tasks=3
+)
+frames_mapped = rd.build_dataset_asset(frames_pipeline, name="frames_mapped", max_tasks=3)
+
+
+def _dask_job(asset: dg.AssetsDefinition, executor: Any) -> dg.JobDefinition:
+    from dagster_aws.s3 import S3PickleIOManager
+
+    bucket = os.environ[BASE_ENV].removeprefix("s3://").split("/", 1)[0]
+    step_io = S3PickleIOManager(s3_resource=s3_resource(), s3_bucket=bucket, s3_prefix="steps")
+    return _defs(asset, executor, step_io).resolve_job_def(f"{asset.key.path[-1]}_job")
+
+
+def frames_daily_dask_job() -> dg.JobDefinition:
+    from refiner_dagster.dask_executor import dask_executor
+
+    return _dask_job(frames_daily, dask_executor)
+
+
+def frames_daily_stock_dask_job() -> dg.JobDefinition:
+    from dagster_dask import dask_executor
+
+    return _dask_job(frames_daily, dask_executor)
+
+
+def frames_mapped_dask_job() -> dg.JobDefinition:
+    from dagster_dask import dask_executor
+
+    return _dask_job(frames_mapped, dask_executor)
