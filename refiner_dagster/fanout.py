@@ -30,6 +30,7 @@ from typing import Any
 import dagster as dg
 
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD
+from .fanout_range import PUBLISHED_TYPE, finalize_range
 from .fanout_steps import (
     DATASET_OUTPUT,
     DEFAULT_MAX_TASKS,
@@ -47,7 +48,6 @@ from .finalization import audit_check_specs
 from .lerobot_format import declares_lerobot
 from .publish import AuditPolicy
 from .settings import DATASET_KEY, validate_asset_metadata
-from .storage import DatasetVersion
 
 _KIND_TAGS = {"kind": "refiner"}
 
@@ -60,6 +60,7 @@ def build_dataset_asset(
     io_manager_key: str = "refiner",
     step_io_manager_key: str = "io_manager",
     partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
     group_name: str | None = None,
     description: str | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -98,6 +99,11 @@ def build_dataset_asset(
       instead of steps mapped over dynamic outputs. For executors that only run the
       steps of the initial plan: ``dagster_dask.dask_executor`` (0.29) skips mapped
       steps without an error. Steps left without shards finish at once.
+    - ``backfill_policy``: ``dg.BackfillPolicy.single_run()`` (or ``multi_run(N)``) lets
+      one run write a range of partitions: the plan step plans every partition of the
+      range, the write steps share their shards, and the finalize step publishes each
+      partition's version on its own (one failing its audit blocks only itself; the run
+      then fails naming it). Each published partition gets its own materialization.
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
       :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with
@@ -148,6 +154,7 @@ def build_dataset_asset(
         max_tasks or static_tasks,
         static_tasks,
         policy if checks else None,
+        partitions_def,
     )
     resources = {io_manager_key}
 
@@ -161,14 +168,17 @@ def build_dataset_asset(
     @dg.op(
         name=f"{asset_name}_finalize",
         out={
-            DATASET_OUTPUT: dg.Out(DatasetVersion, io_manager_key=io_manager_key),
+            DATASET_OUTPUT: dg.Out(PUBLISHED_TYPE, io_manager_key=io_manager_key),
             **{name: dg.Out(is_required=False) for name in check_outputs},
         },
         required_resource_keys=resources,
         tags=_KIND_TAGS,
     )
     def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list):
-        yield from finalize_step(spec, context, plan, written)
+        if len(plan.versions) > 1:
+            yield from finalize_range(spec, context, plan)
+        else:
+            yield from finalize_step(spec, context, plan, written)
 
     def finalized(plan: Any, written: Any) -> dict[str, Any]:
         outputs = _finalize(plan, written)
@@ -253,6 +263,7 @@ def build_dataset_asset(
         outs={asset_name: out},
         group_name=group_name,
         partitions_def=partitions_def,
+        backfill_policy=backfill_policy,
         check_specs=check_specs or None,
     )
     def _asset():
