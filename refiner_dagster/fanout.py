@@ -21,7 +21,9 @@ only when no ERROR-severity check failed.
 Retries and resume: each write step's attempt id derives from the Dagster run id,
 the step key and the retry number; a retried step writes a new attempt and the
 finalize step removes the dead one's files. Re-executing a failed run from failure
-keeps the shards already committed and finishes the same version.
+keeps the shards already committed and finishes the same version. Once a version is
+published the finalize step removes the run's plan and write step outputs
+(:mod:`refiner_dagster.step_outputs`); a failed run keeps them.
 """
 
 from collections.abc import Mapping
@@ -48,6 +50,7 @@ from .finalization import audit_check_specs
 from .lerobot_format import declares_lerobot
 from .publish import AuditPolicy
 from .settings import DATASET_KEY, validate_asset_metadata
+from .step_outputs import remove_step_outputs
 
 _KIND_TAGS = {"kind": "refiner"}
 
@@ -171,7 +174,7 @@ def build_dataset_asset(
             DATASET_OUTPUT: dg.Out(PUBLISHED_TYPE, io_manager_key=io_manager_key),
             **{name: dg.Out(is_required=False) for name in check_outputs},
         },
-        required_resource_keys=resources,
+        required_resource_keys={*resources, step_io},
         tags=_KIND_TAGS,
     )
     def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list):
@@ -179,6 +182,9 @@ def build_dataset_asset(
             yield from finalize_range(spec, context, plan)
         else:
             yield from finalize_step(spec, context, plan, written)
+        # published: the plan and manifest lists are no longer needed (a failed run,
+        # which raised above, keeps them for re-execution from failure)
+        remove_step_outputs(context, step_io, asset_name)
 
     def finalized(plan: Any, written: Any) -> dict[str, Any]:
         outputs = _finalize(plan, written)
