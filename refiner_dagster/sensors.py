@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
-import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -80,6 +79,7 @@ from refiner_core.io import full_url
 
 from .ordered_cursor import ORDERED_CURSOR_VERSION, OrderedCursor, run_pass
 from .ordered_listing import iter_files_after
+from .sensor_partitions import files_run_key, partition_problem
 from .storage import s3_storage_options
 
 if TYPE_CHECKING:
@@ -244,10 +244,6 @@ def list_source_files(
         )
     found.sort(key=lambda f: f.path)
     return found
-
-
-# Dagster rejects partition keys containing these; such files cannot be partitions.
-_BAD_PARTITION_PARTS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 
 
 def partition_source_url(url: str, partition_key: str) -> str:
@@ -446,7 +442,7 @@ def build_source_sensor(
         if key is None:
             context.log.info(f"skipping {source.url}: partition_fn maps it to no partition")
             return True
-        problem = _partition_problem(key, source, partitions_def, partition_fn is not None)
+        problem = partition_problem(key, partitions_def, mapped=partition_fn is not None)
         if problem is not None:
             # Logged once per version; a bad name must not fail every tick.
             context.log.warning(f"skipping {source.url}: {problem}")
@@ -502,8 +498,7 @@ def build_source_sensor(
         if partition_fn is not None:
             run_tags[SOURCE_FILES_TAG] = str(len(files))
             if len(files) > 1:
-                digest = hashlib.sha256("\n".join(sorted(f.run_key for f in files)).encode())
-                run_key = f"{key}@{len(files)}-files-{digest.hexdigest()[:16]}"
+                run_key = files_run_key(str(key), [f.run_key for f in files])
         return dg.RunRequest(
             run_key=run_key,
             run_config=dict(run_config_fn(newest)) if run_config_fn else None,
@@ -522,34 +517,6 @@ def build_source_sensor(
         description=description
         or f"Requests a run for every new or changed file matching {pattern!r} under {url}.",
     )
-
-
-def _partition_problem(
-    key: Any, source: SourceFile, partitions_def: dg.PartitionsDefinition | None, mapped: bool
-) -> str | None:
-    """Why ``key`` (of ``source``) cannot be a partition key here, or ``None``."""
-    what = f"partition_fn gave {key!r}" if mapped else f"its path {key!r}"
-    fix = "change partition_fn" if mapped else "rename the file"
-    if not isinstance(key, str) or not key:
-        return f"{what}, not a partition key (a non-empty string); {fix}"
-    if any(p in key for p in _BAD_PARTITION_PARTS):
-        return (
-            f"{what}, which cannot be a Dagster partition key (it contains '...' or a "
-            f"control character); {fix}"
-        )
-    if partitions_def is None or isinstance(partitions_def, dg.DynamicPartitionsDefinition):
-        return None
-    try:
-        known = partitions_def.has_partition_key(key)
-    except Exception:  # e.g. a time partition key in another date format
-        known = False
-    if not known:
-        return (
-            f"{what}, which is not a partition of the asset's "
-            f"{type(partitions_def).__name__} (e.g. {partitions_def.get_first_partition_key()!r}); "
-            f"{fix}, or touch the file once its partition exists"
-        )
-    return None
 
 
 def _parse_ordered(raw: str | None) -> OrderedCursor:
