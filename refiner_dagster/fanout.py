@@ -22,7 +22,9 @@ Retries and resume: each write step's attempt id derives from the Dagster run id
 the step key and the retry number; a retried step writes a new attempt and the
 finalize step removes the dead one's files. Re-executing a failed run from failure
 keeps the shards already committed and finishes the same version (the finalize step
-writes the shards of write steps the failed run never started).
+writes the shards of write steps the failed run never started). Once a version is
+published the finalize step removes the run's plan and write step outputs
+(:mod:`refiner_dagster.step_outputs`); a failed run keeps them.
 
 Concurrent runs: two runs of one partition may write at once, but the first to finish
 publishes and the other fails with :class:`~refiner_dagster.SupersededError` naming it
@@ -35,6 +37,7 @@ from typing import Any
 import dagster as dg
 
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD
+from .fanout_range import PUBLISHED_TYPE, finalize_range
 from .fanout_steps import (
     DATASET_OUTPUT,
     DEFAULT_MAX_TASKS,
@@ -52,7 +55,7 @@ from .finalization import audit_check_specs
 from .lerobot_format import declares_lerobot
 from .publish import AuditPolicy
 from .settings import DATASET_KEY, validate_asset_metadata
-from .storage import DatasetVersion
+from .step_outputs import remove_step_outputs
 
 _KIND_TAGS = {"kind": "refiner"}
 
@@ -65,6 +68,7 @@ def build_dataset_asset(
     io_manager_key: str = "refiner",
     step_io_manager_key: str = "io_manager",
     partitions_def: dg.PartitionsDefinition | None = None,
+    backfill_policy: dg.BackfillPolicy | None = None,
     group_name: str | None = None,
     description: str | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -105,6 +109,11 @@ def build_dataset_asset(
       steps, so without it the plan step fails the run there. Steps left without shards
       finish at once. Time-window partitions on dask need
       :data:`refiner_dagster.dask_executor.dask_executor`.
+    - ``backfill_policy``: ``dg.BackfillPolicy.single_run()`` (or ``multi_run(N)``) lets
+      one run write a range of partitions: the plan step plans every partition of the
+      range, the write steps share their shards, and the finalize step publishes each
+      partition's version on its own (one failing its audit blocks only itself; the run
+      then fails naming it). Each published partition gets its own materialization.
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
       :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with
@@ -155,6 +164,7 @@ def build_dataset_asset(
         max_tasks or static_tasks,
         static_tasks,
         policy if checks else None,
+        partitions_def,
     )
     resources = {io_manager_key}
 
@@ -168,14 +178,20 @@ def build_dataset_asset(
     @dg.op(
         name=f"{asset_name}_finalize",
         out={
-            DATASET_OUTPUT: dg.Out(DatasetVersion, io_manager_key=io_manager_key),
+            DATASET_OUTPUT: dg.Out(PUBLISHED_TYPE, io_manager_key=io_manager_key),
             **{name: dg.Out(is_required=False) for name in check_outputs},
         },
-        required_resource_keys=resources,
+        required_resource_keys={*resources, step_io},
         tags=_KIND_TAGS,
     )
     def _finalize(context: dg.OpExecutionContext, plan: FanoutPlan, written: list):
-        yield from finalize_step(spec, context, plan, written)
+        if len(plan.versions) > 1:
+            yield from finalize_range(spec, context, plan)
+        else:
+            yield from finalize_step(spec, context, plan, written)
+        # published: the plan and manifest lists are no longer needed (a failed run,
+        # which raised above, keeps them for re-execution from failure)
+        remove_step_outputs(context, step_io, asset_name)
 
     def finalized(plan: Any, written: Any) -> dict[str, Any]:
         outputs = _finalize(plan, written)
@@ -260,6 +276,7 @@ def build_dataset_asset(
         outs={asset_name: out},
         group_name=group_name,
         partitions_def=partitions_def,
+        backfill_policy=backfill_policy,
         check_specs=check_specs or None,
     )
     def _asset():

@@ -18,52 +18,78 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
 from refiner_core import integration, manifests
-from refiner_core.manifests import AttemptManifest
+from refiner_core.manifests import AttemptManifest, PersistedManifests
 
 from .finalization import published_metadata
 from .io_manager import writer_for
 from .metadata import counters_metadata
+from .partition_view import partition_view
 from .publish import AuditFailedError, AuditPolicy
 from .storage import DatasetVersion, short_run_id
 from .strict_fields import StrictFields
-from .writer import DatasetWriter, committed_counters
+from .writer import DatasetWriter, Finalized, committed_counters
 
 PipelineFn = Callable[[dg.OpExecutionContext], mdr.Pipeline]
 DEFAULT_MAX_TASKS = 64
 DATASET_OUTPUT = "dataset"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PartitionVersion:
+    """The version one partition (``None``: the unpartitioned asset) is written into."""
+
+    partition_key: str | None
+    version: str
+    shards: int
 
 
 @dataclass(frozen=True)
 class FanoutPlan:
-    """Where the run's version lives and which engine run writes it."""
+    """Where the run's versions live (one per partition it targets), which engine run
+    writes them, and in how many write steps."""
 
     asset_path: tuple[str, ...]
-    partition_key: str | None
-    version: str
+    versions: tuple[PartitionVersion, ...]
     run_id: str
-    shards: int
     tasks: int
     started_at: float
+
+    @property
+    def shards(self) -> int:
+        return sum(v.shards for v in self.versions)
+
+    def partition(self, partition_key: str | None) -> PartitionVersion:
+        return next(v for v in self.versions if v.partition_key == partition_key)
 
 
 @dataclass(frozen=True)
 class FanoutTask:
-    """One write step's work: some shards of the plan's write stage."""
+    """One write step's work: some shards of the plan, of one or more partitions
+    (``partition_keys[i]`` is the partition of ``shards[i]``)."""
 
     plan: FanoutPlan
     index: int
     shards: list[mdr.Shard] = field(default_factory=list)
+    partition_keys: list[str | None] = field(default_factory=list)
 
     @property
     def shard_ids(self) -> list[str]:
         return [s.id for s in self.shards]
+
+    def by_partition(self) -> list[tuple[PartitionVersion, list[mdr.Shard]]]:
+        """The task's shards grouped by the partition version they belong to, in order."""
+        groups: dict[str | None, list[mdr.Shard]] = {}
+        for key, shard in zip(self.partition_keys, self.shards, strict=True):
+            groups.setdefault(key, []).append(shard)
+        return [(self.plan.partition(key), shards) for key, shards in groups.items()]
 
 
 class FanoutConfig(StrictFields, dg.Config):
@@ -109,6 +135,7 @@ class FanoutSpec:
     max_tasks: int | None
     static_tasks: int | None = None
     audit: AuditPolicy | None = None
+    partitions_def: dg.PartitionsDefinition | None = None
 
     @property
     def where(self) -> str:
@@ -117,8 +144,11 @@ class FanoutSpec:
     def writer(self, context: dg.OpExecutionContext) -> DatasetWriter:
         return writer_for(context, self.io_manager_key, self.where)
 
-    def pipeline(self, context: dg.OpExecutionContext) -> mdr.Pipeline:
-        obj = self.fn(context)
+    def pipeline(
+        self, context: dg.OpExecutionContext, partition_key: str | None = None
+    ) -> mdr.Pipeline:
+        """``fn``'s pipeline for ``partition_key`` (one of the partitions the step targets)."""
+        obj = self.fn(partition_view(context, partition_key, self.partitions_def))
         if isinstance(obj, mdr.Pipeline):
             return obj
         kind = (
@@ -133,7 +163,7 @@ class FanoutSpec:
         )
 
 
-def group_shards(shards: list[mdr.Shard], max_tasks: int) -> list[list[mdr.Shard]]:
+def group_shards(shards: list[T], max_tasks: int) -> list[list[T]]:
     """At most ``max_tasks`` contiguous groups, as even as they can be.
 
     >>> [len(g) for g in group_shards(list(range(10)), max_tasks=4)]
@@ -152,39 +182,50 @@ def group_shards(shards: list[mdr.Shard], max_tasks: int) -> list[list[mdr.Shard
     return groups
 
 
+def target_partitions(context: dg.OpExecutionContext) -> list[str | None]:
+    """The partitions the step's run targets: one, a range (a single-run backfill), or
+    ``[None]`` for an unpartitioned asset."""
+    if context.has_partition_key or context.has_partition_key_range:
+        return list(context.partition_keys)
+    return [None]
+
+
 def plan_tasks(
     spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutConfig
 ) -> tuple[FanoutPlan, list[FanoutTask]]:
-    """Open the version folder, plan the write stage's shards, group them into tasks."""
-    pipeline = spec.pipeline(context)
-    partition = context.partition_key if context.has_partition_key else None
+    """Open each targeted partition's version folder, plan its write stage's shards, and
+    group the shards of all of them into tasks."""
     started = time.time()
-    version, _, assets = spec.writer(context).begin(
-        spec.asset_key, partition, context.run_id, spec.definition_metadata
-    )
     run_id = short_run_id(context.run_id)
-    shards = version.writer(pipeline, assets).write_stage.plan(run_id=run_id)
-    max_tasks = config.max_tasks or spec.max_tasks or min(len(shards), DEFAULT_MAX_TASKS) or 1
+    writer = spec.writer(context)
+    versions: list[PartitionVersion] = []
+    planned: list[tuple[str | None, mdr.Shard]] = []
+    for key in target_partitions(context):
+        pipeline = spec.pipeline(context, key)
+        version, _, assets = writer.begin(
+            spec.asset_key, key, context.run_id, spec.definition_metadata
+        )
+        shards = version.writer(pipeline, assets).write_stage.plan(run_id=run_id)
+        versions.append(PartitionVersion(key, version.name, len(shards)))
+        planned.extend((key, shard) for shard in shards)
+        context.log.info(f"{version.describe()}: {len(shards)} shard(s)")
+    max_tasks = config.max_tasks or spec.max_tasks or min(len(planned), DEFAULT_MAX_TASKS) or 1
     if spec.static_tasks is not None and max_tasks > spec.static_tasks:
         raise ValueError(
             f"{spec.where} has {spec.static_tasks} write steps (static_tasks); run config "
             f"max_tasks={max_tasks} cannot exceed it"
         )
-    groups = group_shards(shards, max_tasks=max_tasks)
-    plan = FanoutPlan(
-        tuple(spec.asset_key.path),
-        partition,
-        version.name,
-        run_id,
-        len(shards),
-        len(groups),
-        started,
-    )
+    groups = group_shards(planned, max_tasks=max_tasks)
+    plan = FanoutPlan(tuple(spec.asset_key.path), tuple(versions), run_id, len(groups), started)
     context.log.info(
-        f"{version.describe()}: {len(shards)} shard(s) in {len(groups)} write step(s), "
-        f"engine run {run_id}"
+        f"{spec.where}: {len(planned)} shard(s) of {len(versions)} version(s) in "
+        f"{len(groups)} write step(s), engine run {run_id}"
     )
-    return plan, [FanoutTask(plan, i, list(group)) for i, group in enumerate(groups)]
+    tasks = [
+        FanoutTask(plan, i, [shard for _, shard in group], [key for key, _ in group])
+        for i, group in enumerate(groups)
+    ]
+    return plan, tasks
 
 
 # Executors that run only the steps planned before the run starts: steps mapped over
@@ -225,44 +266,55 @@ def plan_step(spec: FanoutSpec, context: dg.OpExecutionContext, config: FanoutCo
 
 
 def write_step(spec: FanoutSpec, context: dg.OpExecutionContext, task: FanoutTask) -> dg.Output:
-    """Write the task's shards not committed yet, as this try's attempt."""
+    """Write the task's shards not committed yet, as this try's attempt (one attempt id
+    for every partition version the task writes into)."""
     plan = task.plan
     writer = spec.writer(context)
-    version = writer.reopen(plan.asset_path, plan.partition_key, plan.version)
     _, assets = writer.settings(spec.asset_key, spec.definition_metadata)
     mapping_key = context.get_mapping_key()
     step_key = f"{context.op_handle}[{mapping_key}]" if mapping_key else str(context.op_handle)
     attempt = attempt_id_for(context.run_id, step_key, context.retry_number)
-    written, kept = writer.write_shards(
-        version,
-        spec.pipeline(context),
-        assets,
-        task.shards,
-        run_id=plan.run_id,
-        attempt_id=attempt,
-    )
-    result = sorted([*kept, *written], key=lambda m: m.shard_id)
+    result: list[AttemptManifest] = []
+    written: list[AttemptManifest] = []
+    kept_count = 0
+    for part, shards in task.by_partition():
+        version = writer.reopen(plan.asset_path, part.partition_key, part.version)
+        new, kept = writer.write_shards(
+            version,
+            spec.pipeline(context, part.partition_key),
+            assets,
+            shards,
+            run_id=plan.run_id,
+            attempt_id=attempt,
+        )
+        result.extend(sorted([*kept, *new], key=lambda m: m.shard_id))
+        written.extend(new)
+        kept_count += len(kept)
     totals = integration.committed_counters(written)
     context.log.info(
         f"task {task.index}: wrote {len(written)} shard(s) as attempt {attempt}, "
-        f"{len(kept)} already committed, {totals.get('rows_written', 0)} rows"
+        f"{kept_count} already committed, {totals.get('rows_written', 0)} rows"
     )
     metadata = counters_metadata(
         totals, keys=("rows_read", "rows_written", "files_written", "assets_written")
     )
     metadata["shards_written"] = dg.MetadataValue.int(len(written))
-    metadata["shards_already_committed"] = dg.MetadataValue.int(len(kept))
+    metadata["shards_already_committed"] = dg.MetadataValue.int(kept_count)
     metadata["attempt_id"] = dg.MetadataValue.text(attempt)
     return dg.Output(result, metadata=metadata)
 
 
 def write_missing(
-    spec: FanoutSpec, context: dg.OpExecutionContext, plan: FanoutPlan, version: DatasetVersion
+    spec: FanoutSpec,
+    context: dg.OpExecutionContext,
+    plan: FanoutPlan,
+    version: DatasetVersion,
+    partition_key: str | None,
 ) -> None:
-    """Write, as this step's attempt, every shard of the plan no write step committed."""
+    """Write, as this step's attempt, every shard of the version no write step committed."""
     writer = spec.writer(context)
     _, assets = writer.settings(spec.asset_key, spec.definition_metadata)
-    pipeline = spec.pipeline(context)
+    pipeline = spec.pipeline(context, partition_key)
     shards = version.writer(pipeline, assets).write_stage.plan(run_id=plan.run_id)
     attempt = attempt_id_for(context.run_id, str(context.op_handle), context.retry_number)
     written, _ = writer.write_shards(
@@ -274,6 +326,51 @@ def write_missing(
     )
 
 
+def written_version(
+    spec: FanoutSpec,
+    context: dg.OpExecutionContext,
+    writer: DatasetWriter,
+    plan: FanoutPlan,
+    part: PartitionVersion,
+    reported: int | None = None,
+) -> tuple[DatasetVersion, PersistedManifests]:
+    """``part``'s version with every planned shard committed, recorded as written; raises
+    naming the version when write steps left shards missing (``reported``: how many
+    shards the write steps said they committed)."""
+    version = writer.reopen(plan.asset_path, part.partition_key, part.version)
+    # read once: counting, reducing and the summary share these manifests
+    persisted = manifests.read_persisted(version.output_folder())
+    counters = committed_counters(version, plan.run_id, persisted)
+    if counters["shards"] != part.shards and context.run.parent_run_id is not None:
+        # a re-execution from failure leaves out the write steps its parent never started
+        # (its run worker was killed before them): write their shards here
+        write_missing(spec, context, plan, version, part.partition_key)
+        persisted = manifests.read_persisted(version.output_folder())
+        counters = committed_counters(version, plan.run_id, persisted)
+    committed = counters["shards"]
+    if committed != part.shards:
+        said = f" (its {plan.tasks} planned write step(s) reported {reported})"
+        said = said if reported is not None else ""
+        raise RuntimeError(
+            f"{version.describe()}: {committed} of {part.shards} shard(s) committed{said}; "
+            "re-execute the run from failure to write the missing ones"
+        )
+    started = time.monotonic() - (time.time() - plan.started_at)
+    pipeline = spec.pipeline(context, part.partition_key)
+    writer.record_written(version, plan.run_id, pipeline, started, counters)
+    return version, persisted
+
+
+def version_metadata(version: DatasetVersion, finalized: Finalized, plan: FanoutPlan) -> dict:
+    """The materialization metadata of one published version."""
+    summary = finalized.summary
+    metadata = published_metadata(version, summary)
+    metadata["shards"] = dg.MetadataValue.int(summary.shards)
+    metadata["refiner/state"] = dg.MetadataValue.text("published")
+    metadata["refiner/write_steps"] = dg.MetadataValue.int(plan.tasks)
+    return metadata
+
+
 def finalize_step(
     spec: FanoutSpec,
     context: dg.OpExecutionContext,
@@ -283,28 +380,14 @@ def finalize_step(
     """Record the version written, then reduce, audit and publish it.
 
     Yields the audit's check results first; when an ERROR-severity check fails the
-    step fails without publishing, and readers keep the version they had.
+    step fails without publishing, and readers keep the version they had. (A run over
+    several partitions is finalized by :func:`refiner_dagster.fanout_range.finalize_range`.)
     """
     writer = spec.writer(context)
-    version = writer.reopen(plan.asset_path, plan.partition_key, plan.version)
-    # read once: counting, reducing and the summary share these manifests
-    persisted = manifests.read_persisted(version.output_folder())
-    counters = committed_counters(version, plan.run_id, persisted)
-    if counters["shards"] != plan.shards and context.run.parent_run_id is not None:
-        # a re-execution from failure leaves out the write steps its parent never started
-        # (its run worker was killed before them): write their shards here
-        write_missing(spec, context, plan, version)
-        persisted = manifests.read_persisted(version.output_folder())
-        counters = committed_counters(version, plan.run_id, persisted)
-    committed = counters["shards"]
-    if committed != plan.shards:
-        raise RuntimeError(
-            f"{version.describe()}: {committed} of {plan.shards} shard(s) committed "
-            f"(its {plan.tasks} planned write step(s) reported {sum(len(w) for w in written)}); "
-            "re-execute the run from failure to write the missing ones"
-        )
-    started = time.monotonic() - (time.time() - plan.started_at)
-    writer.record_written(version, plan.run_id, spec.pipeline(context), started, counters)
+    (part,) = plan.versions
+    version, persisted = written_version(
+        spec, context, writer, plan, part, sum(len(w) for w in written)
+    )
     try:
         finalized = writer.finalize(version, audit=spec.audit, persisted=persisted)
     except AuditFailedError as error:
@@ -313,11 +396,8 @@ def finalize_step(
             description=str(error), metadata={"failed_checks": error.failed}
         ) from error
     yield from finalized.checks
-    summary = finalized.summary
-    metadata = published_metadata(version, summary)
-    metadata["shards"] = dg.MetadataValue.int(summary.shards)
-    metadata["refiner/state"] = dg.MetadataValue.text("published")
-    metadata["refiner/write_steps"] = dg.MetadataValue.int(plan.tasks)
-    context.log.info(f"published {version.describe()}: {summary.rows_written} rows")
+    context.log.info(f"published {version.describe()}: {finalized.summary.rows_written} rows")
     published = writer.storage.current(version.asset_path, version.partition_key)
-    yield dg.Output(published, output_name=DATASET_OUTPUT, metadata=metadata)
+    yield dg.Output(
+        published, output_name=DATASET_OUTPUT, metadata=version_metadata(version, finalized, plan)
+    )

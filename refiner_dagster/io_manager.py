@@ -258,6 +258,13 @@ class _RefinerIOManager(StrictFields, dg.ConfigurableIOManager):
             # Written and finalized by a fan-out dataset asset's own steps.
             context.add_output_metadata({"dagster/uri": dg.MetadataValue.path(obj.url)})
             return
+        if (
+            isinstance(obj, dict)
+            and obj
+            and all(isinstance(v, DatasetVersion) for v in obj.values())
+        ):
+            # A fan-out run over a partition range: each partition's metadata is set already.
+            return
         pipeline = _as_pipeline(obj, where)
         writer = self.writer()
         version, settings, assets = writer.begin(

@@ -19,7 +19,21 @@ reports no modification time are always kept in ``recent``.
 
 With ``partitions_def`` each file is a dynamic partition keyed by its relative path;
 the asset finds its file with :func:`partition_source_url`, which also works when the
-partition is re-materialized from the UI (no sensor tags on that run)::
+partition is re-materialized from the UI (no sensor tags on that run).
+
+With ``partition_fn`` each file maps to the partition it belongs to (a day, a robot),
+so the sensor drives an asset partitioned any way: the files of one partition found in
+the same tick make one run of that partition, dynamic partitions are added as they
+appear, and a file whose key is not a partition of ``partitions_def`` is skipped with a
+warning naming it::
+
+    DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+    day_sensor = build_source_sensor(
+        name="days", url="s3://bucket/drops", target=[days], partitions_def=DAILY,
+        partition_fn=lambda f: f.path.split("/")[0],  # drops/<YYYY-MM-DD>/<file>
+    )
+
+Per file::
 
     DROPS = dg.DynamicPartitionsDefinition(name="drops")
 
@@ -65,6 +79,7 @@ from refiner_core.io import full_url
 
 from .ordered_cursor import ORDERED_CURSOR_VERSION, OrderedCursor, run_pass
 from .ordered_listing import iter_files_after
+from .sensor_partitions import files_run_key, partition_problem
 from .storage import s3_storage_options
 
 if TYPE_CHECKING:
@@ -77,8 +92,10 @@ SOURCE_PATH_TAG = "refiner/source_path"
 SOURCE_URL_TAG = "refiner/source_url"
 SOURCE_VERSION_TAG = "refiner/source_version"
 SOURCE_SIZE_TAG = "refiner/source_size"
+SOURCE_FILES_TAG = "refiner/source_files"
 
 __all__ = [
+    "SOURCE_FILES_TAG",
     "SOURCE_PATH_TAG",
     "SOURCE_SIZE_TAG",
     "SOURCE_URL_TAG",
@@ -229,10 +246,6 @@ def list_source_files(
     return found
 
 
-# Dagster rejects partition keys containing these; such files cannot be partitions.
-_BAD_PARTITION_PARTS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
-
-
 def partition_source_url(url: str, partition_key: str) -> str:
     """The source file of a per-file partition: ``url`` joined with the key (its relative path).
 
@@ -268,7 +281,8 @@ def build_source_sensor(
     lookback_seconds: float = DEFAULT_LOOKBACK_SECONDS,
     names_ordered: bool = False,
     full_scan_every: int = DEFAULT_FULL_SCAN_EVERY,
-    partitions_def: dg.DynamicPartitionsDefinition | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_fn: Callable[[SourceFile], str | None] | None = None,
     run_config_fn: Callable[[SourceFile], Mapping[str, Any]] | None = None,
     tags: Mapping[str, str] | None = None,
     minimum_interval_seconds: int = 30,
@@ -303,8 +317,14 @@ def build_source_sensor(
             folder is listed again to find files that landed under a name lower than
             the last one seen (at most this many ticks late: 120 ticks of 30 s is an hour).
         partitions_def: If given, each file's relative path becomes a dynamic partition
-            (added in the same tick) and its run targets that partition.
-        run_config_fn: Builds each run's config from its :class:`SourceFile`.
+            (added in the same tick) and its run targets that partition. With
+            ``partition_fn``, any partitions definition (daily, static, dynamic).
+        partition_fn: Maps a file to the key of the partition it belongs to (``None``:
+            to none, the file is skipped). The files of one partition found in one tick
+            make one run of it, tagged with the newest file and ``refiner/source_files``
+            (their count); keys of a dynamic ``partitions_def`` are added in the same tick.
+        run_config_fn: Builds each run's config from its :class:`SourceFile` (the newest
+            one of the run's files).
         tags: Extra tags on every run (the ``refiner/source_*`` tags are always set).
         minimum_interval_seconds: Time between ticks.
         default_status: Whether the sensor starts running when the code location loads.
@@ -320,14 +340,16 @@ def build_source_sensor(
         )
     if (target is None) == (job is None):
         raise ValueError(f"sensor {name!r}: pass exactly one of target= or job=")
-    if partitions_def is not None and not isinstance(
-        partitions_def, dg.DynamicPartitionsDefinition
-    ):
+    dynamic = isinstance(partitions_def, dg.DynamicPartitionsDefinition)
+    if partitions_def is not None and not dynamic and partition_fn is None:
         raise ValueError(
             f"sensor {name!r}: partitions_def must be a dg.DynamicPartitionsDefinition with a "
-            f"name, got {type(partitions_def).__name__}"
+            f"name (one partition per file), got {type(partitions_def).__name__}; to map files "
+            "onto these partitions pass partition_fn=, e.g. lambda f: f.path.split('/')[0]"
         )
-    if partitions_def is not None and not partitions_def.name:
+    if partition_fn is not None and not callable(partition_fn):
+        raise ValueError(f"sensor {name!r}: partition_fn must be a function, got {partition_fn!r}")
+    if isinstance(partitions_def, dg.DynamicPartitionsDefinition) and not partitions_def.name:
         raise ValueError(f"sensor {name!r}: the DynamicPartitionsDefinition needs a name=")
     options = dict(storage_options or {})
     extra_tags = dict(tags or {})
@@ -408,14 +430,24 @@ def build_source_sensor(
         new_keys = [f.path for f in requested]
         return _result(context, requested, new_keys, result.truncated, result.cursor.dumps())
 
+    def _key_of(source: SourceFile) -> str | None:
+        if partition_fn is not None:
+            return partition_fn(source)
+        return source.path if partitions_def is not None else None
+
     def _unusable_partition(context: dg.SensorEvaluationContext, source: SourceFile) -> bool:
-        if partitions_def is None or not any(p in source.path for p in _BAD_PARTITION_PARTS):
+        if partitions_def is None and partition_fn is None:
             return False
-        context.log.warning(
-            f"skipping {source.url}: its path {source.path!r} cannot be a Dagster "
-            f"partition key (it contains '...' or a control character); rename the file"
-        )
-        return True
+        key = _key_of(source)
+        if key is None:
+            context.log.info(f"skipping {source.url}: partition_fn maps it to no partition")
+            return True
+        problem = partition_problem(key, partitions_def, mapped=partition_fn is not None)
+        if problem is not None:
+            # Logged once per version; a bad name must not fail every tick.
+            context.log.warning(f"skipping {source.url}: {problem}")
+            return True
+        return False
 
     def _result(
         context: dg.SensorEvaluationContext,
@@ -424,21 +456,15 @@ def build_source_sensor(
         truncated: bool,
         next_cursor: str,
     ) -> dg.SensorResult:
-        run_requests = [
-            dg.RunRequest(
-                run_key=source.run_key,
-                run_config=dict(run_config_fn(source)) if run_config_fn else None,
-                tags={
-                    **extra_tags,
-                    SOURCE_PATH_TAG: source.path,
-                    SOURCE_URL_TAG: source.url,
-                    SOURCE_VERSION_TAG: source.version,
-                    SOURCE_SIZE_TAG: str(source.size),
-                },
-                partition_key=source.path if partitions_def is not None else None,
-            )
-            for source in requested
-        ]
+        if partition_fn is not None:
+            by_key: dict[str | None, list[SourceFile]] = {}
+            for source in requested:
+                by_key.setdefault(_key_of(source), []).append(source)
+            groups = list(by_key.items())
+            new_keys = [str(k) for k in by_key] if dynamic else []
+        else:
+            groups = [(_key_of(source), [source]) for source in requested]
+        run_requests = [_run_request(key, files) for key, files in groups]
         if requested:
             context.log.info(
                 f"{len(requested)} new or changed file(s) under {url}"
@@ -446,7 +472,7 @@ def build_source_sensor(
             )
         partition_requests = (
             [partitions_def.build_add_request(new_keys)]
-            if partitions_def is not None and new_keys
+            if isinstance(partitions_def, dg.DynamicPartitionsDefinition) and new_keys
             else []
         )
         return dg.SensorResult(
@@ -456,6 +482,28 @@ def build_source_sensor(
             skip_reason=None
             if run_requests
             else dg.SkipReason(f"no new or changed files under {url}"),
+        )
+
+    def _run_request(key: str | None, files: list[SourceFile]) -> dg.RunRequest:
+        """One run for ``files`` (oldest first) of partition ``key``."""
+        newest = files[-1]
+        run_tags = {
+            **extra_tags,
+            SOURCE_PATH_TAG: newest.path,
+            SOURCE_URL_TAG: newest.url,
+            SOURCE_VERSION_TAG: newest.version,
+            SOURCE_SIZE_TAG: str(newest.size),
+        }
+        run_key = newest.run_key
+        if partition_fn is not None:
+            run_tags[SOURCE_FILES_TAG] = str(len(files))
+            if len(files) > 1:
+                run_key = files_run_key(str(key), [f.run_key for f in files])
+        return dg.RunRequest(
+            run_key=run_key,
+            run_config=dict(run_config_fn(newest)) if run_config_fn else None,
+            tags=run_tags,
+            partition_key=key,
         )
 
     return dg.SensorDefinition(
