@@ -43,12 +43,14 @@ from pydantic import Field
 
 import refiner_core as mdr
 
+from .fanout import build_dataset_asset
+from .fanout_component import FanoutSettings, step_name, step_pipeline
 from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .lerobot_component import LeRobotSettings, component_metadata
 from .lerobot_format import LEROBOT_FORMAT
 from .schedules import build_refresh_schedule
-from .strict_fields import StrictFields
+from .strict_fields import StrictBlock, StrictFields
 
 __all__ = ["RefinerDatasetComponent", "example_pipeline"]
 
@@ -58,7 +60,7 @@ def example_pipeline() -> mdr.Pipeline:
     return mdr.from_items([{"item": i, "label": f"example {i}"} for i in range(3)])
 
 
-class S3Settings(StrictFields, dg.Model):
+class S3Settings(StrictBlock, dg.Model):
     """The dagster-aws ``S3Resource`` fields a dataset on S3 needs (env vars via templates)."""
 
     endpoint_url: str | None = Field(default=None, description="S3 endpoint (MinIO, moto...).")
@@ -68,7 +70,7 @@ class S3Settings(StrictFields, dg.Model):
     profile_name: str | None = Field(default=None, description="AWS profile to use.")
 
 
-class StorageSettings(StrictFields, dg.Model):
+class StorageSettings(StrictBlock, dg.Model):
     """Where dataset versions land."""
 
     base_url: str | None = Field(
@@ -81,7 +83,7 @@ class StorageSettings(StrictFields, dg.Model):
     )
 
 
-class PartitionSettings(StrictFields, dg.Model):
+class PartitionSettings(StrictBlock, dg.Model):
     """The dataset's partitions: daily from a date, or a fixed list."""
 
     daily_start: str | None = Field(
@@ -98,7 +100,7 @@ class PartitionSettings(StrictFields, dg.Model):
         raise ValueError("partitions: set exactly one of daily_start or static")
 
 
-class AutomationSettings(StrictFields, dg.Model):
+class AutomationSettings(StrictBlock, dg.Model):
     """When the dataset is refreshed and finalized."""
 
     eager: bool = Field(
@@ -111,7 +113,7 @@ class AutomationSettings(StrictFields, dg.Model):
     timezone: str = Field(default="UTC", description="Timezone of the cron.")
 
 
-class CheckSettings(StrictFields, dg.Model):
+class CheckSettings(StrictBlock, dg.Model):
     """The audits run before a version is published."""
 
     enabled: bool = Field(default=True, description="Audit before publishing.")
@@ -190,6 +192,11 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         default_factory=AutomationSettings, description="Automation."
     )
     checks: CheckSettings = Field(default_factory=CheckSettings, description="Audits.")
+    fanout: FanoutSettings | None = Field(
+        default=None,
+        description="Write in plan -> write x N -> finalize steps (build_dataset_asset) instead "
+        "of one IO-manager step and a finalization asset.",
+    )
     group_name: str | None = Field(default=None, description="Asset group of both assets.")
     description: str | None = Field(default=None, description="Description of the dataset.")
 
@@ -243,12 +250,11 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         return self.dataset_defs()
 
     def dataset_defs(self) -> dg.Definitions:
-        """The dataset and finalization assets, the IO manager and the schedule, built
-        without a component tree (a code location may call it on a loaded ``defs.yaml``)."""
+        """The dataset asset (and, without ``fanout``, its finalization asset), the IO manager
+        and the schedule, built without a component tree (a code location may call it on a
+        loaded ``defs.yaml``)."""
         function = self.resolve_pipeline()
-        takes_key = "partition_key" in inspect.signature(function).parameters
         partitions_def = self.partitions.build() if self.partitions is not None else None
-        key = self.asset_key
         metadata: dict[str, Any] = {
             "refiner/format": self.format,
             "refiner/missing_policy": self.missing_policy,
@@ -256,6 +262,34 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         if self.packing == "blobs":
             metadata["refiner/target_bytes"] = self.target_bytes
         metadata.update(component_metadata(self.format, self.lerobot, where=f"dataset {self.key}"))
+        if self.fanout is None:
+            assets = self._io_manager_assets(function, partitions_def, metadata)
+        else:
+            assets = [self._fanout_asset(self.fanout, function, partitions_def, metadata)]
+        schedules = []
+        jobs = []
+        if self.automation.cron:
+            job = dg.define_asset_job(f"{'__'.join(self.asset_key.path)}_refresh", selection=assets)
+            jobs.append(job)
+            schedules.append(
+                build_refresh_schedule(job, self.automation.cron, self.automation.timezone)
+            )
+        return dg.Definitions(
+            assets=assets,
+            resources={self.io_manager_key: self.io_manager()},
+            jobs=jobs,
+            schedules=schedules,
+        )
+
+    def _io_manager_assets(
+        self,
+        function: Callable[..., mdr.Pipeline],
+        partitions_def: dg.PartitionsDefinition | None,
+        metadata: dict[str, Any],
+    ) -> list[dg.AssetsDefinition]:
+        """The dataset asset, written by the IO manager, and its finalization asset."""
+        takes_key = "partition_key" in inspect.signature(function).parameters
+        key = self.asset_key
 
         @dg.asset(
             key=key,
@@ -280,19 +314,40 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
             sample_size=self.checks.sample_size,
             automation_condition=dg.AutomationCondition.eager() if self.automation.eager else None,
         )
-        schedules = []
-        jobs = []
-        if self.automation.cron:
-            job = dg.define_asset_job(
-                f"{'__'.join(key.path)}_refresh", selection=[_dataset, finalized]
+        return [_dataset, finalized]
+
+    def _fanout_asset(
+        self,
+        fanout: FanoutSettings,
+        function: Callable[..., mdr.Pipeline],
+        partitions_def: dg.PartitionsDefinition | None,
+        metadata: dict[str, Any],
+    ) -> dg.AssetsDefinition:
+        """The dataset asset written by fan-out steps; its finalize step audits and publishes."""
+        where = f"dataset {self.key}"
+        if self.automation.eager and "eager" in self.automation.model_fields_set:
+            raise ValueError(
+                f"{where}: automation.eager finalizes after each write through a finalization "
+                "asset, which a fanout dataset does not have (its finalize step publishes in "
+                "the same run); remove eager or the fanout block"
             )
-            jobs.append(job)
-            schedules.append(
-                build_refresh_schedule(job, self.automation.cron, self.automation.timezone)
-            )
-        return dg.Definitions(
-            assets=[_dataset, finalized],
-            resources={self.io_manager_key: self.io_manager()},
-            jobs=jobs,
-            schedules=schedules,
+        key = self.asset_key
+        return build_dataset_asset(
+            step_pipeline(function),
+            name=step_name(key, where=where),
+            key_prefix=list(key.path[:-1]),
+            io_manager_key=self.io_manager_key,
+            partitions_def=partitions_def,
+            group_name=self.group_name,
+            description=self.description or f"Refiner dataset from {self.pipeline}.",
+            metadata=metadata,
+            max_tasks=fanout.max_tasks,
+            pool=fanout.pool,
+            op_tags=fanout.op_tags,
+            retry_policy=fanout.build_retry_policy(),
+            static_tasks=fanout.static_tasks,
+            checks=self.checks.enabled,
+            max_missing_fraction=self.checks.max_missing_fraction,
+            sample_threshold=self.checks.sample_threshold,
+            sample_size=self.checks.sample_size,
         )
