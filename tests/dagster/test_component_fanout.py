@@ -168,21 +168,25 @@ BAD_YAML = [
     ("fanout: {max_tasks: 0}", "fanout.max_tasks=0", "must be a positive number of write steps"),
     ("format: parqet\n  fanout: {max_tasks: 2}", "format", "'parquet', 'jsonl', 'lance'"),
     ("key: raw-frames\n  fanout: {}", "'raw-frames'", "rename it, e.g. raw_frames"),
+    # any nested block: the mistake is named, not "not valid under any of the given schemas"
+    ("storage: {base_ulr: /data}", "'base_ulr'", "did you mean 'base_url'?"),
 ]
 
 
-@pytest.mark.parametrize(("lines", "names", "fix"), BAD_YAML, ids=["typo", "zero", "format", "key"])
+@pytest.mark.parametrize(
+    ("lines", "names", "fix"), BAD_YAML, ids=["typo", "zero", "format", "key", "storage"]
+)
 def test_dg_check_defs_rejects_a_bad_fanout_block(dagster_home, tmp_path, lines, names, fix):
     yaml = f"""
 type: refiner_dagster.RefinerDatasetComponent
 attributes:
   pipeline: refiner_dagster.component:example_pipeline
-  storage:
-    base_url: {tmp_path / "datasets"}
   {lines}
 """
     if "key:" not in lines:
         yaml += "  key: robotics/frames\n"
+    if "storage:" not in lines:
+        yaml += f"  storage: {{base_url: {tmp_path / 'datasets'}}}\n"
     project, _ = _project(tmp_path, yaml)
     checked = _dg(["check", "defs"], project, dagster_home, **_env(project, str(tmp_path)))
     output = checked.stdout + checked.stderr
