@@ -21,9 +21,27 @@ refiner_dagster.RefinerDatasetComponent <folder>`` writes a ``defs.yaml`` like::
       automation: {eager: true, cron: "0 4 * * *"}
       checks: {max_missing_fraction: 0.01}
 
+A ``fanout:`` block writes the dataset in ``plan -> write x N -> finalize`` steps
+instead (:func:`~refiner_dagster.build_dataset_asset`, one graph-backed asset, any
+executor), with the same storage, partitions, cron and checks; its finalize step
+audits and publishes, so there is no ``<key>_finalized`` asset and no ``eager``::
+
+    type: refiner_dagster.RefinerDatasetComponent
+    attributes:
+      key: robotics/episodes                      # last part (episodes) names the steps
+      pipeline: my_project.pipelines:episodes
+      partitions: {daily_start: "2024-01-01"}
+      checks: {max_missing_fraction: 0.01}        # blocking: a failure keeps the old version
+      fanout:
+        max_tasks: 32                             # or static_tasks: 32 (dask executor)
+        retry_policy: {max_retries: 2, delay: 10}
+        pool: refiner-writes
+        op_tags: {dagster-k8s/config: {container_config: {resources: {limits: {memory: 8Gi}}}}}
+
 The pipeline function takes no argument, or ``partition_key`` on a partitioned
 dataset. Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
-the version its finalization published.
+the version its finalization published. ``dg check defs`` reports a mistake in the
+file (an unknown field, a bad value) naming the field and the fix.
 
 Example:
     >>> from refiner_dagster import RefinerDatasetComponent
@@ -151,7 +169,8 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
     Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the
     dataset asset, its finalization asset (with checks), the IO manager resource
     ``refiner_<key>`` and, with ``automation.cron``, a refresh job ``<key>_refresh`` and its
-    schedule ``<key>_refresh_schedule`` (``<key>`` with ``/`` as ``__``).
+    schedule ``<key>_refresh_schedule`` (``<key>`` with ``/`` as ``__``). With ``fanout``,
+    the dataset asset is written by fan-out steps and carries the checks itself.
 
     Example:
         >>> import dagster as dg
@@ -162,6 +181,12 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         >>> defs = component.build_defs(None)
         >>> sorted(a.key.to_user_string() for a in defs.resolve_all_asset_specs())
         ['examples/numbers', 'examples/numbers_finalized']
+        >>> fanned = RefinerDatasetComponent(
+        ...     key="examples/numbers", pipeline="refiner_dagster.component:example_pipeline",
+        ...     fanout={"max_tasks": 4, "retry_policy": {"max_retries": 2}})
+        >>> numbers = fanned.build_defs(None).resolve_assets_def(component.asset_key)
+        >>> sorted(numbers.node_def.node_dict), sorted(c.name for c in numbers.check_specs)
+        (['numbers_finalize', 'numbers_plan', 'numbers_write'], ['missing_assets', 'reference_integrity'])
     """
 
     key: str = Field(description="Asset key of the dataset, '/'-separated (robotics/episodes).")
