@@ -38,8 +38,8 @@ audits and publishes, so there is no ``<key>_finalized`` asset and no ``eager``:
         pool: refiner-writes
         op_tags: {dagster-k8s/config: {container_config: {resources: {limits: {memory: 8Gi}}}}}
 
-The pipeline function takes no argument, or ``partition_key`` on a partitioned
-dataset. Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
+The pipeline function takes no argument, or ``partition_key`` (on a dataset without
+partitions, only with a default). Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
 the version its finalization published. ``dg check defs`` reports a mistake in the
 file (an unknown field, a bad value) naming the field and the fix.
 
@@ -52,7 +52,6 @@ Example:
 """
 
 import importlib
-import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -62,7 +61,7 @@ from pydantic import Field
 import refiner_core as mdr
 
 from .fanout import build_dataset_asset
-from .fanout_component import FanoutSettings, step_name, step_pipeline
+from .fanout_component import FanoutSettings, context_pipeline, step_name
 from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .lerobot_component import LeRobotSettings, component_metadata
@@ -278,8 +277,12 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         """The dataset asset (and, without ``fanout``, its finalization asset), the IO manager
         and the schedule, built without a component tree (a code location may call it on a
         loaded ``defs.yaml``)."""
-        function = self.resolve_pipeline()
         partitions_def = self.partitions.build() if self.partitions is not None else None
+        function = context_pipeline(
+            self.resolve_pipeline(),
+            partitioned=partitions_def is not None,
+            where=f"dataset {self.key}",
+        )
         metadata: dict[str, Any] = {
             "refiner/format": self.format,
             "refiner/missing_policy": self.missing_policy,
@@ -308,12 +311,11 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
 
     def _io_manager_assets(
         self,
-        function: Callable[..., mdr.Pipeline],
+        function: Callable[[Any], mdr.Pipeline],
         partitions_def: dg.PartitionsDefinition | None,
         metadata: dict[str, Any],
     ) -> list[dg.AssetsDefinition]:
         """The dataset asset, written by the IO manager, and its finalization asset."""
-        takes_key = "partition_key" in inspect.signature(function).parameters
         key = self.asset_key
 
         @dg.asset(
@@ -327,9 +329,7 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
             pool=dataset_pool(key),
         )
         def _dataset(context: dg.AssetExecutionContext) -> mdr.Pipeline:
-            if takes_key:
-                return function(partition_key=context.partition_key)
-            return function()
+            return function(context)
 
         finalized = build_finalization_asset(
             _dataset,
@@ -344,7 +344,7 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
     def _fanout_asset(
         self,
         fanout: FanoutSettings,
-        function: Callable[..., mdr.Pipeline],
+        function: Callable[[Any], mdr.Pipeline],
         partitions_def: dg.PartitionsDefinition | None,
         metadata: dict[str, Any],
     ) -> dg.AssetsDefinition:
@@ -358,7 +358,7 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
             )
         key = self.asset_key
         return build_dataset_asset(
-            step_pipeline(function),
+            function,
             name=step_name(key, where=where),
             key_prefix=list(key.path[:-1]),
             io_manager_key=self.io_manager_key,

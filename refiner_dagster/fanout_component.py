@@ -174,13 +174,29 @@ def step_name(asset_key: dg.AssetKey, *, where: str) -> str:
     return name
 
 
-def step_pipeline(function: Callable[..., mdr.Pipeline]) -> Callable[[Any], mdr.Pipeline]:
-    """``fn(context)`` for the fan-out steps, from a component's pipeline function (no
-    argument, or ``partition_key``)."""
-    takes_key = "partition_key" in inspect.signature(function).parameters
+def context_pipeline(
+    function: Callable[..., mdr.Pipeline], *, partitioned: bool, where: str
+) -> Callable[[Any], mdr.Pipeline]:
+    """``fn(context)`` from a component's pipeline function, which takes no argument or
+    ``partition_key`` (given on a partitioned dataset; optional on one without partitions).
+
+    >>> def episodes(partition_key: str):
+    ...     return partition_key
+    >>> context_pipeline(episodes, partitioned=False, where="dataset episodes")
+    Traceback (most recent call last):
+    ...
+    ValueError: dataset episodes: the pipeline takes partition_key but the dataset has no partitions; add partitions (e.g. partitions: {static: [a, b]}) or give partition_key a default
+    """
+    parameter = inspect.signature(function).parameters.get("partition_key")
+    if parameter is not None and not partitioned and parameter.default is parameter.empty:
+        raise ValueError(
+            f"{where}: the pipeline takes partition_key but the dataset has no partitions; add "
+            "partitions (e.g. partitions: {static: [a, b]}) or give partition_key a default"
+        )
+    pass_key = parameter is not None and partitioned
 
     def pipeline(context: Any) -> mdr.Pipeline:
-        if takes_key:
+        if pass_key:
             return function(partition_key=context.partition_key)
         return function()
 

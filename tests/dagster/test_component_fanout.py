@@ -19,7 +19,7 @@ PIPELINES = """
 import os
 import refiner_core as mdr
 
-def frames(partition_key: str) -> mdr.Pipeline:
+def frames(partition_key: str = "all") -> mdr.Pipeline:
     folder = os.environ["REFINER_FANOUT_COMPONENT_MEDIA"]
     paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
     rows = [{"side": partition_key, "image": p} for p in paths]
@@ -250,3 +250,21 @@ def test_templated_numbers_and_explicit_defaults_load(tmp_path):
     assert component.fanout is not None and component.fanout.max_tasks == 4
     write = component.dataset_defs().resolve_assets_def("frames").node_def.node_dict
     assert write["frames_write"].definition.retry_policy == dg.RetryPolicy(max_retries=1, delay=2.5)
+
+
+def needs_a_partition(partition_key: str) -> mdr.Pipeline:
+    return mdr.from_items([{"part": partition_key}])
+
+
+@pytest.mark.parametrize("fanout", [None, {"max_tasks": 2}], ids=["io_manager", "fanout"])
+def test_a_pipeline_needing_a_partition_key_fails_at_load_without_partitions(tmp_path, fanout):
+    declared = {
+        "key": "parts",
+        "pipeline": f"{__name__}:needs_a_partition",
+        "storage": {"base_url": str(tmp_path)},
+        "fanout": fanout,
+    }
+    with pytest.raises(ValueError, match="the pipeline takes partition_key but the dataset has"):
+        rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
+    declared["partitions"] = {"static": ["a", "b"]}
+    rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
