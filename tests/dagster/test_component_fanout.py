@@ -268,3 +268,46 @@ def test_a_pipeline_needing_a_partition_key_fails_at_load_without_partitions(tmp
         rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
     declared["partitions"] = {"static": ["a", "b"]}
     rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
+
+
+def test_dg_launches_a_fanout_dataset_onto_s3(
+    dagster_instance, dagster_home, media, tmp_path, s3_server, s3_bucket, s3_storage_options
+):
+    files = media(3)
+    base = f"s3://{s3_bucket}/datasets"
+    yaml = f"""
+type: refiner_dagster.RefinerDatasetComponent
+attributes:
+  key: frames
+  pipeline: fanout_project.pipelines:frames
+  target_bytes: 24
+  storage:
+    base_url: {base}
+    s3: {{endpoint_url: "{s3_server.endpoint_url}", region_name: us-east-1}}
+  fanout:
+    static_tasks: 2
+"""
+    project, _ = _project(tmp_path, yaml)
+    env = _env(project, os.path.dirname(files[0][0]))  # credentials: the AWS_* variables
+    launched = _dg(["launch", "--assets", "frames"], project, dagster_home, **env)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+
+    [run] = dagster_instance.get_runs()
+    steps = {
+        e.step_key
+        for e in dagster_instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+    }
+    assert steps == {
+        "frames.frames_plan",
+        "frames.frames_write_00000",
+        "frames.frames_write_00001",
+        "frames.frames_finalize",
+    }
+    version = rd.DatasetStorage(base, s3_storage_options).current(["frames"], None)
+    assert version is not None and version.url.startswith(f"{base}/frames/v-")
+    rows = rd.tables.open_version(version).materialize()
+    blobs = [mdr.read_blob(r.image, storage_options=s3_storage_options) for r in rows]
+    assert sorted(blobs) == sorted(d for _, d in files)
+    # the media were packed into blocks in the bucket, none read from the source folder
+    blocks = {r.image["path"] for r in rows}
+    assert len(blocks) >= 2 and all(b.startswith(f"{version.url}/assets/") for b in blocks), blocks
