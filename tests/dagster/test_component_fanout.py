@@ -262,7 +262,7 @@ def test_a_pipeline_needing_a_partition_key_fails_at_load_without_partitions(tmp
         "key": "parts",
         "pipeline": f"{__name__}:needs_a_partition",
         "storage": {"base_url": str(tmp_path)},
-        "fanout": fanout,
+        **({"fanout": fanout} if fanout is not None else {}),
     }
     with pytest.raises(ValueError, match="the pipeline takes partition_key but the dataset has"):
         rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
