@@ -53,13 +53,14 @@ Example:
 
 import importlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
 
+from .component_blocks import block_resolver
 from .fanout import build_dataset_asset
 from .fanout_component import FanoutSettings, context_pipeline, step_name
 from .finalization import build_finalization_asset, dataset_pool
@@ -67,7 +68,7 @@ from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .lerobot_component import LeRobotSettings, component_metadata
 from .lerobot_format import LEROBOT_FORMAT
 from .schedules import build_refresh_schedule
-from .strict_fields import StrictBlock, StrictFields
+from .strict_fields import StrictFields
 
 __all__ = ["RefinerDatasetComponent", "example_pipeline"]
 
@@ -77,7 +78,7 @@ def example_pipeline() -> mdr.Pipeline:
     return mdr.from_items([{"item": i, "label": f"example {i}"} for i in range(3)])
 
 
-class S3Settings(StrictBlock, dg.Model):
+class S3Settings(StrictFields, dg.Model):
     """The dagster-aws ``S3Resource`` fields a dataset on S3 needs (env vars via templates)."""
 
     endpoint_url: str | None = Field(default=None, description="S3 endpoint (MinIO, moto...).")
@@ -87,7 +88,7 @@ class S3Settings(StrictBlock, dg.Model):
     profile_name: str | None = Field(default=None, description="AWS profile to use.")
 
 
-class StorageSettings(StrictBlock, dg.Model):
+class StorageSettings(StrictFields, dg.Model):
     """Where dataset versions land."""
 
     base_url: str | None = Field(
@@ -100,7 +101,7 @@ class StorageSettings(StrictBlock, dg.Model):
     )
 
 
-class PartitionSettings(StrictBlock, dg.Model):
+class PartitionSettings(StrictFields, dg.Model):
     """The dataset's partitions: daily from a date, or a fixed list."""
 
     daily_start: str | None = Field(
@@ -117,7 +118,7 @@ class PartitionSettings(StrictBlock, dg.Model):
         raise ValueError("partitions: set exactly one of daily_start or static")
 
 
-class AutomationSettings(StrictBlock, dg.Model):
+class AutomationSettings(StrictFields, dg.Model):
     """When the dataset is refreshed and finalized."""
 
     eager: bool = Field(
@@ -130,7 +131,7 @@ class AutomationSettings(StrictBlock, dg.Model):
     timezone: str = Field(default="UTC", description="Timezone of the cron.")
 
 
-class CheckSettings(StrictBlock, dg.Model):
+class CheckSettings(StrictFields, dg.Model):
     """The audits run before a version is published."""
 
     enabled: bool = Field(default=True, description="Audit before publishing.")
@@ -198,8 +199,10 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         default="parquet",
         description="Table format of each version, or 'lerobot' (a LeRobot v3.0 dataset).",
     )
-    lerobot: LeRobotSettings | None = Field(
-        default=None, description="With format 'lerobot': fps (required) and LeRobot options."
+    lerobot: Annotated[LeRobotSettings | None, block_resolver(LeRobotSettings, optional=True)] = (
+        Field(
+            default=None, description="With format 'lerobot': fps (required) and LeRobot options."
+        )
     )
     target_bytes: int = Field(default=1 << 30, description="Block size target (blobs).")
     missing_policy: Literal["error", "set_null", "drop_row"] = Field(
@@ -210,13 +213,19 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         description="Write worker processes; default: the CPUs this process may use and the "
         "load average shows idle.",
     )
-    storage: StorageSettings = Field(default_factory=StorageSettings, description="Storage.")
-    partitions: PartitionSettings | None = Field(default=None, description="Partitions.")
-    automation: AutomationSettings = Field(
+    storage: Annotated[StorageSettings, block_resolver(StorageSettings)] = Field(
+        default_factory=StorageSettings, description="Storage."
+    )
+    partitions: Annotated[
+        PartitionSettings | None, block_resolver(PartitionSettings, optional=True)
+    ] = Field(default=None, description="Partitions.")
+    automation: Annotated[AutomationSettings, block_resolver(AutomationSettings)] = Field(
         default_factory=AutomationSettings, description="Automation."
     )
-    checks: CheckSettings = Field(default_factory=CheckSettings, description="Audits.")
-    fanout: FanoutSettings | None = Field(
+    checks: Annotated[CheckSettings, block_resolver(CheckSettings)] = Field(
+        default_factory=CheckSettings, description="Audits."
+    )
+    fanout: Annotated[FanoutSettings | None, block_resolver(FanoutSettings, optional=True)] = Field(
         default=None,
         description="Write in plan -> write x N -> finalize steps (build_dataset_asset) instead "
         "of one IO-manager step and a finalization asset.",

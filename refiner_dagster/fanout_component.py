@@ -42,7 +42,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 import refiner_core as mdr
 
-from .strict_fields import StrictBlock
+from .strict_fields import StrictFields
 
 
 def _number(value: Any, *, field: str, fraction: bool, minimum: int, fix: str) -> int | float:
@@ -62,7 +62,7 @@ def _number(value: Any, *, field: str, fraction: bool, minimum: int, fix: str) -
     return number
 
 
-class RetrySettings(StrictBlock, dg.Model):
+class RetrySettings(StrictFields, dg.Model):
     """How often, and after how long, a failed write step is retried."""
 
     max_retries: int = Field(default=1, description="Retries of a failed write step (0 or more).")
@@ -93,7 +93,7 @@ class RetrySettings(StrictBlock, dg.Model):
         )
 
 
-class FanoutSettings(StrictBlock, dg.Model):
+class FanoutSettings(StrictFields, dg.Model):
     """The fan-out steps of a dataset: how many write steps, and how they run."""
 
     max_tasks: int | None = Field(

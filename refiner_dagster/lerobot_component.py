@@ -30,10 +30,10 @@ import dagster as dg
 from pydantic import Field
 
 from .lerobot_format import LEROBOT_FORMAT
-from .strict_fields import StrictBlock
+from .strict_fields import StrictFields
 
 
-class LeRobotSettings(StrictBlock, dg.Model):
+class LeRobotSettings(StrictFields, dg.Model):
     """``write_lerobot``'s options of a dataset declared with ``format: lerobot``."""
 
     fps: float = Field(description="Frames per second of the dataset (LeRobot's fps).")

@@ -62,24 +62,3 @@ class StrictFields(BaseModel):
             if message is not None:
                 raise ValueError(message)
         return data
-
-
-def _checked_when_loaded(schema: dict[str, Any]) -> None:
-    """Keep the block's field names and descriptions in its JSON schema, drop the rest."""
-    schema["additionalProperties"] = True
-    for field in schema.get("properties", {}).values():
-        for constraint in ("type", "anyOf", "$ref", "enum", "items", "additionalProperties"):
-            field.pop(constraint, None)
-
-
-class StrictBlock(StrictFields):
-    """A nested block of a component's ``defs.yaml``, checked when the component loads.
-
-    ``dg check defs`` first validates ``defs.yaml`` against the component's JSON schema,
-    which reports any mistake inside a nested block only as "is not valid under any of
-    the given schemas". The schema of a block therefore lists its fields without
-    constraining them, and the component's own validation (unknown fields with the name
-    meant, values with the fix) reports the mistake instead.
-    """
-
-    model_config = ConfigDict(json_schema_extra=_checked_when_loaded)

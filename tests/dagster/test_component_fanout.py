@@ -49,10 +49,13 @@ attributes:
 """
 
 
-def _project(tmp_path: Path, yaml: str) -> tuple[Path, Path]:
-    """A dg project ``fanout_project`` with ``defs/frames/defs.yaml``; its folder and defs file."""
+def _project(tmp_path: Path, yaml: str, name: str = "fanout_project") -> tuple[Path, Path]:
+    """A dg project, package ``name``, with ``defs/frames/defs.yaml``; its folder and defs file.
+
+    In-process loads each use their own ``name``: Python keeps a package imported once.
+    """
     project = tmp_path / "proj"
-    package = project / "src" / "fanout_project"
+    package = project / "src" / name
     (package / "defs" / "frames").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "defs" / "__init__.py").write_text("")
@@ -80,9 +83,9 @@ def _project(tmp_path: Path, yaml: str) -> tuple[Path, Path]:
             directory_type = "project"
 
             [tool.dg.project]
-            root_module = "fanout_project"
+            root_module = "{name}"
             """
-        )
+        ).format(name=name)
     )
     defs_yaml = package / "defs" / "frames" / "defs.yaml"
     defs_yaml.write_text(yaml)
@@ -283,12 +286,15 @@ attributes:
   target_bytes: 24
   storage:
     base_url: {base}
-    s3: {{endpoint_url: "{s3_server.endpoint_url}", region_name: us-east-1}}
+    s3: {{endpoint_url: "{{{{ env.REFINER_TEST_S3_ENDPOINT }}}}", region_name: us-east-1}}
   fanout:
     static_tasks: 2
 """
     project, _ = _project(tmp_path, yaml)
-    env = _env(project, os.path.dirname(files[0][0]))  # credentials: the AWS_* variables
+    env = {  # credentials: the AWS_* variables
+        **_env(project, os.path.dirname(files[0][0])),
+        "REFINER_TEST_S3_ENDPOINT": s3_server.endpoint_url,
+    }
     launched = _dg(["launch", "--assets", "frames"], project, dagster_home, **env)
     assert launched.returncode == 0, launched.stdout + launched.stderr
 
@@ -311,3 +317,27 @@ attributes:
     # the media were packed into blocks in the bucket, none read from the source folder
     blocks = {r.image["path"] for r in rows}
     assert len(blocks) >= 2 and all(b.startswith(f"{version.url}/assets/") for b in blocks), blocks
+
+
+def test_templates_inside_blocks_are_rendered(tmp_path, monkeypatch):
+    monkeypatch.setenv("REFINER_TEST_BASE", str(tmp_path / "rendered"))
+    monkeypatch.setenv("REFINER_TEST_ENDPOINT", "http://127.0.0.1:9000")
+    yaml = """
+type: refiner_dagster.RefinerDatasetComponent
+attributes:
+  key: frames
+  pipeline: refiner_dagster.component:example_pipeline
+  storage:
+    base_url: "{{ env.REFINER_TEST_BASE }}"
+    s3: {endpoint_url: "{{ env.REFINER_TEST_ENDPOINT }}"}
+  checks: {max_missing_fraction: "{{ 1 / 4 }}"}
+"""
+    project, _ = _project(tmp_path, yaml, name="fanout_templates")
+    monkeypatch.syspath_prepend(str(project / "src"))
+    defs = dg.load_from_defs_folder(path_within_project=project / "src" / "fanout_templates")
+    manager = defs.resources["refiner_frames"]
+    assert manager.base_url == str(tmp_path / "rendered")
+    assert manager.s3.endpoint_url == "http://127.0.0.1:9000"
+    finalized = defs.resolve_assets_def("frames_finalized")
+    descriptions = " ".join(spec.description or "" for spec in finalized.check_specs)
+    assert "ERROR above 25.00% missing" in descriptions
