@@ -28,7 +28,7 @@ audits and publishes, so there is no ``<key>_finalized`` asset and no ``eager``:
 
     type: refiner_dagster.RefinerDatasetComponent
     attributes:
-      key: robotics/episodes                      # last part (episodes) names the steps
+      key: robotics/episodes                      # episodes names the steps: unique
       pipeline: my_project.pipelines:episodes
       partitions: {daily_start: "2024-01-01"}
       checks: {max_missing_fraction: 0.01}        # blocking: a failure keeps the old version

@@ -14,7 +14,9 @@ In ``defs.yaml``::
 
 With the block, the dataset is one graph-backed asset built by
 :func:`~refiner_dagster.build_dataset_asset`, with steps ``<name>_plan -> <name>_write
-x N -> <name>_finalize`` (``<name>``: the last part of ``key``). The finalize step
+x N -> <name>_finalize`` (``<name>``: the last part of ``key``, so two fan-out datasets
+of one code location need different last parts; Dagster refuses "conflicting node
+definitions with the same name" otherwise). The finalize step
 audits the version with the dataset asset's own checks and publishes it, so there is
 no ``<key>_finalized`` asset. ``static_tasks: N`` gives exactly ``N`` write steps known
 before the run starts (for ``dagster_dask.dask_executor``).
