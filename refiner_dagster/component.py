@@ -21,9 +21,27 @@ refiner_dagster.RefinerDatasetComponent <folder>`` writes a ``defs.yaml`` like::
       automation: {eager: true, cron: "0 4 * * *"}
       checks: {max_missing_fraction: 0.01}
 
-The pipeline function takes no argument, or ``partition_key`` on a partitioned
-dataset. Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
-the version its finalization published.
+A ``fanout:`` block writes the dataset in ``plan -> write x N -> finalize`` steps
+instead (:func:`~refiner_dagster.build_dataset_asset`, one graph-backed asset, any
+executor), with the same storage, partitions, cron and checks; its finalize step
+audits and publishes, so there is no ``<key>_finalized`` asset and no ``eager``::
+
+    type: refiner_dagster.RefinerDatasetComponent
+    attributes:
+      key: robotics/episodes                      # episodes names the steps: unique
+      pipeline: my_project.pipelines:episodes
+      partitions: {daily_start: "2024-01-01"}
+      checks: {max_missing_fraction: 0.01}        # blocking: a failure keeps the old version
+      fanout:
+        max_tasks: 32                             # or static_tasks: 32 (dask executor)
+        retry_policy: {max_retries: 2, delay: 10}
+        pool: refiner-writes
+        op_tags: {dagster-k8s/config: {container_config: {resources: {limits: {memory: 8Gi}}}}}
+
+The pipeline function takes no argument, or ``partition_key`` (on a dataset without
+partitions, only with a default). Data lands under ``<base_url>/<key>/[<partition>/]v-<run id>/``; readers see
+the version its finalization published. ``dg check defs`` reports a mistake in the
+file (an unknown field, a bad value) naming the field and the fix.
 
 Example:
     >>> from refiner_dagster import RefinerDatasetComponent
@@ -34,15 +52,17 @@ Example:
 """
 
 import importlib
-import inspect
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import dagster as dg
 from pydantic import Field
 
 import refiner_core as mdr
 
+from .component_blocks import block_resolver
+from .fanout import build_dataset_asset
+from .fanout_component import FanoutSettings, context_pipeline, step_name
 from .finalization import build_finalization_asset, dataset_pool
 from .io_manager import RefinerBlobIOManager, RefinerFileIOManager
 from .lerobot_component import LeRobotSettings, component_metadata
@@ -149,7 +169,8 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
     Declared in a ``defs.yaml`` (see the module docstring) or in Python; it builds the
     dataset asset, its finalization asset (with checks), the IO manager resource
     ``refiner_<key>`` and, with ``automation.cron``, a refresh job ``<key>_refresh`` and its
-    schedule ``<key>_refresh_schedule`` (``<key>`` with ``/`` as ``__``).
+    schedule ``<key>_refresh_schedule`` (``<key>`` with ``/`` as ``__``). With ``fanout``,
+    the dataset asset is written by fan-out steps and carries the checks itself.
 
     Example:
         >>> import dagster as dg
@@ -160,6 +181,12 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         >>> defs = component.build_defs(None)
         >>> sorted(a.key.to_user_string() for a in defs.resolve_all_asset_specs())
         ['examples/numbers', 'examples/numbers_finalized']
+        >>> fanned = RefinerDatasetComponent(
+        ...     key="examples/numbers", pipeline="refiner_dagster.component:example_pipeline",
+        ...     fanout={"max_tasks": 4, "retry_policy": {"max_retries": 2}})
+        >>> numbers = fanned.build_defs(None).resolve_assets_def(component.asset_key)
+        >>> sorted(numbers.node_def.node_dict), sorted(c.name for c in numbers.check_specs)
+        (['numbers_finalize', 'numbers_plan', 'numbers_write'], ['missing_assets', 'reference_integrity'])
     """
 
     key: str = Field(description="Asset key of the dataset, '/'-separated (robotics/episodes).")
@@ -172,8 +199,10 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         default="parquet",
         description="Table format of each version, or 'lerobot' (a LeRobot v3.0 dataset).",
     )
-    lerobot: LeRobotSettings | None = Field(
-        default=None, description="With format 'lerobot': fps (required) and LeRobot options."
+    lerobot: Annotated[LeRobotSettings | None, block_resolver(LeRobotSettings, optional=True)] = (
+        Field(
+            default=None, description="With format 'lerobot': fps (required) and LeRobot options."
+        )
     )
     target_bytes: int = Field(default=1 << 30, description="Block size target (blobs).")
     missing_policy: Literal["error", "set_null", "drop_row"] = Field(
@@ -184,12 +213,23 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         description="Write worker processes; default: the CPUs this process may use and the "
         "load average shows idle.",
     )
-    storage: StorageSettings = Field(default_factory=StorageSettings, description="Storage.")
-    partitions: PartitionSettings | None = Field(default=None, description="Partitions.")
-    automation: AutomationSettings = Field(
+    storage: Annotated[StorageSettings, block_resolver(StorageSettings)] = Field(
+        default_factory=StorageSettings, description="Storage."
+    )
+    partitions: Annotated[
+        PartitionSettings | None, block_resolver(PartitionSettings, optional=True)
+    ] = Field(default=None, description="Partitions.")
+    automation: Annotated[AutomationSettings, block_resolver(AutomationSettings)] = Field(
         default_factory=AutomationSettings, description="Automation."
     )
-    checks: CheckSettings = Field(default_factory=CheckSettings, description="Audits.")
+    checks: Annotated[CheckSettings, block_resolver(CheckSettings)] = Field(
+        default_factory=CheckSettings, description="Audits."
+    )
+    fanout: Annotated[FanoutSettings | None, block_resolver(FanoutSettings, optional=True)] = Field(
+        default=None,
+        description="Write in plan -> write x N -> finalize steps (build_dataset_asset) instead "
+        "of one IO-manager step and a finalization asset.",
+    )
     group_name: str | None = Field(default=None, description="Asset group of both assets.")
     description: str | None = Field(default=None, description="Description of the dataset.")
 
@@ -243,12 +283,15 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         return self.dataset_defs()
 
     def dataset_defs(self) -> dg.Definitions:
-        """The dataset and finalization assets, the IO manager and the schedule, built
-        without a component tree (a code location may call it on a loaded ``defs.yaml``)."""
-        function = self.resolve_pipeline()
-        takes_key = "partition_key" in inspect.signature(function).parameters
+        """The dataset asset (and, without ``fanout``, its finalization asset), the IO manager
+        and the schedule, built without a component tree (a code location may call it on a
+        loaded ``defs.yaml``)."""
         partitions_def = self.partitions.build() if self.partitions is not None else None
-        key = self.asset_key
+        function = context_pipeline(
+            self.resolve_pipeline(),
+            partitioned=partitions_def is not None,
+            where=f"dataset {self.key}",
+        )
         metadata: dict[str, Any] = {
             "refiner/format": self.format,
             "refiner/missing_policy": self.missing_policy,
@@ -256,6 +299,33 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         if self.packing == "blobs":
             metadata["refiner/target_bytes"] = self.target_bytes
         metadata.update(component_metadata(self.format, self.lerobot, where=f"dataset {self.key}"))
+        if self.fanout is None:
+            assets = self._io_manager_assets(function, partitions_def, metadata)
+        else:
+            assets = [self._fanout_asset(self.fanout, function, partitions_def, metadata)]
+        schedules = []
+        jobs = []
+        if self.automation.cron:
+            job = dg.define_asset_job(f"{'__'.join(self.asset_key.path)}_refresh", selection=assets)
+            jobs.append(job)
+            schedules.append(
+                build_refresh_schedule(job, self.automation.cron, self.automation.timezone)
+            )
+        return dg.Definitions(
+            assets=assets,
+            resources={self.io_manager_key: self.io_manager()},
+            jobs=jobs,
+            schedules=schedules,
+        )
+
+    def _io_manager_assets(
+        self,
+        function: Callable[[Any], mdr.Pipeline],
+        partitions_def: dg.PartitionsDefinition | None,
+        metadata: dict[str, Any],
+    ) -> list[dg.AssetsDefinition]:
+        """The dataset asset, written by the IO manager, and its finalization asset."""
+        key = self.asset_key
 
         @dg.asset(
             key=key,
@@ -268,9 +338,7 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
             pool=dataset_pool(key),
         )
         def _dataset(context: dg.AssetExecutionContext) -> mdr.Pipeline:
-            if takes_key:
-                return function(partition_key=context.partition_key)
-            return function()
+            return function(context)
 
         finalized = build_finalization_asset(
             _dataset,
@@ -280,19 +348,40 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
             sample_size=self.checks.sample_size,
             automation_condition=dg.AutomationCondition.eager() if self.automation.eager else None,
         )
-        schedules = []
-        jobs = []
-        if self.automation.cron:
-            job = dg.define_asset_job(
-                f"{'__'.join(key.path)}_refresh", selection=[_dataset, finalized]
+        return [_dataset, finalized]
+
+    def _fanout_asset(
+        self,
+        fanout: FanoutSettings,
+        function: Callable[[Any], mdr.Pipeline],
+        partitions_def: dg.PartitionsDefinition | None,
+        metadata: dict[str, Any],
+    ) -> dg.AssetsDefinition:
+        """The dataset asset written by fan-out steps; its finalize step audits and publishes."""
+        where = f"dataset {self.key}"
+        if self.automation.eager and "eager" in self.automation.model_fields_set:
+            raise ValueError(
+                f"{where}: automation.eager finalizes after each write through a finalization "
+                "asset, which a fanout dataset does not have (its finalize step publishes in "
+                "the same run); remove eager or the fanout block"
             )
-            jobs.append(job)
-            schedules.append(
-                build_refresh_schedule(job, self.automation.cron, self.automation.timezone)
-            )
-        return dg.Definitions(
-            assets=[_dataset, finalized],
-            resources={self.io_manager_key: self.io_manager()},
-            jobs=jobs,
-            schedules=schedules,
+        key = self.asset_key
+        return build_dataset_asset(
+            function,
+            name=step_name(key, where=where),
+            key_prefix=list(key.path[:-1]),
+            io_manager_key=self.io_manager_key,
+            partitions_def=partitions_def,
+            group_name=self.group_name,
+            description=self.description or f"Refiner dataset from {self.pipeline}.",
+            metadata=metadata,
+            max_tasks=fanout.max_tasks,
+            pool=fanout.pool,
+            op_tags=fanout.op_tags,
+            retry_policy=fanout.build_retry_policy(),
+            static_tasks=fanout.static_tasks,
+            checks=self.checks.enabled,
+            max_missing_fraction=self.checks.max_missing_fraction,
+            sample_threshold=self.checks.sample_threshold,
+            sample_size=self.checks.sample_size,
         )
