@@ -11,6 +11,10 @@ asset (they run after it published the version):
   uniform random sample of ``sample_size`` is checked and the rate reported. References
   that carry a checksum (``BlobAssetConfig(checksum=...)``) have it verified too: all of
   them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
+  Each write attempt already checked the references it wrote and recorded the result in
+  its manifest; the check adds the failures they recorded (summed in the version's
+  summary), so a broken reference fails it even when the sample misses it, and the
+  sample it re-checks itself catches a manifest that claims more than is true.
 """
 
 import random
@@ -110,6 +114,9 @@ class IntegrityReport:
     failure_count: int = 0
     checksums_verified: int = 0
     checksum_failures: int = 0
+    checked_at_write: int = 0
+    attempts_audited: int = 0
+    failures_at_write: int = 0
 
     @property
     def sampling_rate(self) -> float:
@@ -175,10 +182,13 @@ def scan_references(
     seed: int = 0,
     checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
     checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
+    summary: mdr.DatasetSummary | None = None,
 ) -> IntegrityReport:
-    """Check the references of ``version``'s asset columns against storage."""
+    """Check the references of ``version``'s asset columns against storage, after the
+    failures its write attempts recorded (from ``summary``, else the version's own)."""
     columns = _asset_columns(version_schema(version))
     report = IntegrityReport()
+    _add_write_audit(report, summary if summary is not None else version.summary())
     if not columns:
         return report
     pipeline = open_version(version, columns=list(columns))
@@ -199,6 +209,20 @@ def scan_references(
     report.blocks = len(sizes)
     _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
     return report
+
+
+def _add_write_audit(report: IntegrityReport, summary: mdr.DatasetSummary | None) -> None:
+    """Count in the reference audits the write attempts recorded in their manifests."""
+    audit = summary.reference_audit if summary is not None else None
+    if audit is None:
+        return
+    report.checked_at_write = audit.checked
+    report.attempts_audited = audit.attempts
+    report.failures_at_write = audit.failure_count
+    report.failure_count += audit.failure_count
+    report.failures.extend(
+        f"recorded at write: {failure.describe()}" for failure in audit.failures[:_SHOWN_FAILURES]
+    )
 
 
 def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
@@ -274,14 +298,23 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
         "failures": dg.MetadataValue.int(report.failure_count),
         "checksums_verified": dg.MetadataValue.int(report.checksums_verified),
         "checksum_failures": dg.MetadataValue.int(report.checksum_failures),
+        "references_checked_at_write": dg.MetadataValue.int(report.checked_at_write),
+        "attempts_audited_at_write": dg.MetadataValue.int(report.attempts_audited),
+        "failures_recorded_at_write": dg.MetadataValue.int(report.failures_at_write),
     }
     if report.failures:
         metadata["first_failures"] = dg.MetadataValue.md(
             "\n".join(f"- {line}" for line in report.failures)
         )
     description = None
-    if report.failure_count:
-        description = f"{report.failure_count} of {report.checked} checked reference(s) are broken"
+    found = report.failure_count - report.failures_at_write
+    if found:
+        description = f"{found} of {report.checked} re-checked reference(s) are broken"
+    if report.failures_at_write:
+        description = (
+            f"{report.failures_at_write} broken reference(s) recorded by the write attempts"
+            + (f"; {description}" if description else "")
+        )
     return dg.AssetCheckResult(
         passed=report.failure_count == 0, metadata=metadata, description=description
     )
