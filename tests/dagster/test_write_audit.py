@@ -11,6 +11,9 @@ import dagster as dg
 
 import refiner_core as mdr
 import refiner_dagster as rd
+from refiner_dagster.checks import scan_references
+from tests.s3_fixtures import *  # noqa: F403
+from tests.s3_server import max_in_flight
 
 from .test_io_manager import current_pointer, partition_root
 
@@ -133,3 +136,38 @@ def test_clean_writes_publish_with_the_write_audit_in_the_check(dagster_instance
     assert check.metadata["references_checked_at_write"].value == 6
     assert check.metadata["attempts_audited_at_write"].value == 3
     assert current_pointer(partition_root(dagster_instance, "episodes"))["rows_written"] == 6
+
+
+def test_the_full_audit_on_s3_reads_in_parallel_and_finds_what_the_serial_one_finds(
+    dagster_instance, media, s3_bucket, s3_proxy
+):
+    from tests.dagster.fanout_defs import S3_ENDPOINT_ENV, s3_resource
+
+    os.environ[S3_ENDPOINT_ENV] = s3_proxy.endpoint_url
+    try:
+        refiner = rd.RefinerBlobIOManager(
+            base_url=f"s3://{s3_bucket}/data", num_workers=1, s3=s3_resource()
+        )
+    finally:
+        del os.environ[S3_ENDPOINT_ENV]
+    episodes = _episodes(media(16))
+    finalized = rd.build_finalization_asset(episodes)
+    result = dg.materialize(
+        [episodes, finalized], instance=dagster_instance, resources={"refiner": refiner}
+    )
+    assert result.success
+    version = refiner.storage().current(["episodes"], None)
+    s3_proxy.latency_s = 0.05
+
+    reports = {}
+    for threads in (1, 8):
+        s3_proxy.clear()
+        reports[threads] = scan_references(version, threads=threads)
+        heads = max_in_flight(s3_proxy.records(), "HeadObject")
+        assert heads == 1 if threads == 1 else heads >= 4
+    # the threaded scan reads the table files 8 at a time
+    tables = [r for r in s3_proxy.records("GetObject") if r.path.endswith(".parquet")]
+    assert max_in_flight(tables, "GetObject") >= 4
+    assert reports[1] == reports[8]
+    assert (reports[8].total, reports[8].checked, reports[8].blocks) == (16, 16, 8)
+    assert reports[8].checked_at_write == 16 and reports[8].failure_count == 0
