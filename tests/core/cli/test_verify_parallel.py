@@ -97,3 +97,18 @@ def test_the_helpers_keep_order_and_bound_their_threads(tmp_path):
     }
     with pytest.raises(ValueError, match=r"reads 'parquet' or 'jsonl' files, not 'csv'"):
         read_table_rows(str(path), "csv")
+
+
+def test_the_verify_command_takes_a_thread_count(tmp_path):
+    from click.testing import CliRunner
+
+    from refiner_core.cli import main
+
+    out = str(tmp_path / "out")
+    _write(out, tmp_path, 3)
+    for threads in ("1", "4"):
+        done = CliRunner().invoke(main, ["verify", out, "--threads", threads])
+        assert done.exit_code == 0, done.output
+        assert "3 rows, 3 blob references, 0 file paths, 3 checksums" in done.output
+    refused = CliRunner().invoke(main, ["verify", out, "--threads", "0"])
+    assert refused.exit_code == 2 and "--threads" in refused.output
