@@ -7,14 +7,18 @@
    to every request: with ``threads=1`` (the serial read: one request at a time) and
    with ``--threads``, interleaved ``--repeat`` times in the same run. Both must find
    the same rows, references and no failure; target >= 5x faster.
-2. **Write-time audit cost.** Writes ``--local-rows`` rows to local disk and times what
+2. **Parallel full audit.** Materializes ``--audit-shards`` shards as a Dagster dataset
+   asset on moto and runs the ``reference_integrity`` scan
+   (:func:`refiner_dagster.checks.scan_references`, every reference checked) through the
+   same proxy with ``threads=1`` and ``--threads``; both must report the same.
+3. **Write-time audit cost.** Writes ``--local-rows`` rows to local disk and times what
    each attempt's audit does on close (record the references of its data file, list
    its asset folder, check, read back a checksum sample), against the whole write.
 
 Run from the repository root::
 
     .venv/bin/python bench/bench_audit.py                 # 1,000 shards, 20 ms/request
-    .venv/bin/python bench/bench_audit.py --shards 200 --repeat 3
+    .venv/bin/python bench/bench_audit.py --shards 200 --audit-shards 100 --repeat 3
 """
 
 from __future__ import annotations
@@ -118,6 +122,82 @@ def parallel_verify(args, work: Path) -> Result:
     )
 
 
+def parallel_full_audit(args, work: Path) -> Result:
+    import dagster as dg
+    from dagster_aws.s3 import S3Resource
+
+    import refiner_dagster as rd
+    from refiner_dagster.checks import scan_references
+    from tests.s3_server import DUMMY_KEY, DUMMY_SECRET, REGION
+
+    os.environ.update(dummy_aws_env())
+    os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
+    moto = start_moto()
+    bucket = moto.create_bucket("refiner-bench-full-audit")
+    base = f"s3://{bucket}/data"
+    pipeline = _pipeline(_media(work / "audit-media", args.audit_shards), 1)
+
+    @dg.asset(name="episodes", io_manager_key="refiner")
+    def episodes() -> mdr.Pipeline:
+        return pipeline
+
+    s3 = S3Resource(
+        endpoint_url=moto.endpoint_url,
+        aws_access_key_id=DUMMY_KEY,
+        aws_secret_access_key=DUMMY_SECRET,
+        region_name=REGION,
+    )
+    refiner = rd.RefinerBlobIOManager(base_url=base, num_workers=2, s3=s3)
+    try:
+        started = time.perf_counter()
+        with dg.instance_for_test() as instance:
+            assets = [episodes, rd.build_finalization_asset(episodes)]
+            done = dg.materialize(assets, instance=instance, resources={"refiner": refiner})
+            assert done.success
+        print(
+            f"materialized {args.audit_shards:,} shards on moto in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+        with S3Proxy(moto.endpoint_url, latency_s=args.latency_ms / 1000) as proxy:
+            version = rd.DatasetStorage(base, proxy.storage_options()).current(["episodes"], None)
+            assert version is not None
+            times: dict[int, list[float]] = {1: [], args.threads: []}
+            reports = {}
+            for _ in range(args.repeat):
+                for threads in times:
+                    t0 = time.perf_counter()
+                    reports[threads] = scan_references(
+                        version, sample_threshold=10**9, threads=threads
+                    )
+                    times[threads].append(time.perf_counter() - t0)
+                    print(f"  full audit threads={threads:<3} {times[threads][-1]:7.2f} s")
+            assert reports[1] == reports[args.threads] and reports[1].failure_count == 0
+    finally:
+        moto.delete_bucket(bucket)
+        moto.stop()
+    serial, parallel = statistics.median(times[1]), statistics.median(times[args.threads])
+    speedup = serial / parallel
+    print(
+        f"full audit of {reports[1].checked:,} references in {reports[1].blocks:,} blocks: serial "
+        f"{serial:.2f} s, {args.threads} threads {parallel:.2f} s -> {speedup:.1f}x "
+        f"(target >= {TARGET_SPEEDUP:g}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})"
+    )
+    return Result(
+        workload="audit",
+        case=f"full reference_integrity audit, {args.audit_shards:,} shards on S3, "
+        f"{args.latency_ms:g} ms/request",
+        refiner_s=parallel,
+        baseline="the same scan, one request at a time",
+        baseline_s=serial,
+        target=f">= {TARGET_SPEEDUP:g}x faster",
+        met=speedup >= TARGET_SPEEDUP,
+        repeats=args.repeat,
+        ratio=speedup,
+        ratio_kind="speedup",
+        extra={"references": reports[1].checked, "threads": args.threads},
+    )
+
+
 def write_audit_cost(args, work: Path) -> Result:
     """The write's time against the time its attempts' audits take, redone alone."""
     out = work / "local-out"
@@ -167,11 +247,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--local-rows", type=int, default=20_000)
+    parser.add_argument("--audit-shards", type=int, default=300)
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: write, verify, full-audit"
+    )
     add_json_option(parser)
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as work:
-        results = [write_audit_cost(args, Path(work)), parallel_verify(args, Path(work))]
+        parts = {
+            "write": write_audit_cost,
+            "verify": parallel_verify,
+            "full-audit": parallel_full_audit,
+        }
+        skipped = set(filter(None, args.skip.split(",")))
+        results = [run(args, Path(work)) for name, run in parts.items() if name not in skipped]
     write_results(args.json, results)
 
 
