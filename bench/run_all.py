@@ -74,6 +74,14 @@ JOBS = (
         quick=("--skip-speed", "--rss-gib", "0.25"),
     ),
     Job("blob_reads", "bench_blob_reads.py", ("coalesced_reads",), quick=("--references", "200")),
+    Job(  # a serial verify of 1,000 shards at 20 ms a request takes minutes per repeat
+        "audit",
+        "bench_audit.py",
+        ("audit",),
+        full=("--shards", "1000"),
+        quick=("--shards", "50", "--local-rows", "2000"),
+        timeout_s=3600,
+    ),
     Job(
         "map_async",
         "bench_map_async.py",

@@ -11,35 +11,34 @@ asset (they run after it published the version):
   uniform random sample of ``sample_size`` is checked and the rate reported. References
   that carry a checksum (``BlobAssetConfig(checksum=...)``) have it verified too: all of
   them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
+  Each write attempt already checked the references it wrote and recorded the result in
+  its manifest; the check adds the failures they recorded (summed in the version's
+  summary), so a broken reference fails it even when the sample misses it, and the
+  sample it re-checks itself catches a manifest that claims more than is true.
 """
 
-import random
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
 import refiner_core as mdr
-from refiner_core.io import resolve, validate_reference
 
-from .checksum_audit import (
-    DEFAULT_CHECKSUM_FULL_BELOW,
-    DEFAULT_CHECKSUM_SAMPLE_RATE,
-    verify_checksums,
+from .checksum_audit import DEFAULT_CHECKSUM_FULL_BELOW, DEFAULT_CHECKSUM_SAMPLE_RATE
+from .reference_scan import (
+    DEFAULT_SAMPLE_SIZE,
+    DEFAULT_SAMPLE_THRESHOLD,
+    IntegrityReport,
+    scan_references,
 )
 from .settings import DATASET_KEY, unwrap_metadata, validate_asset_metadata
 from .storage import DatasetVersion
-from .tables import open_version, version_schema
 
 # Definition metadata of a finalization asset that audits before publishing.
 AUDITS_KEY = "refiner/audits"
 MISSING_ASSETS_CHECK = "missing_assets"
 REFERENCE_INTEGRITY_CHECK = "reference_integrity"
-DEFAULT_SAMPLE_THRESHOLD = 100_000
-DEFAULT_SAMPLE_SIZE = 10_000
-_SHOWN_FAILURES = 5
 
 
 def missing_fraction(summary: mdr.DatasetSummary | None) -> float:
@@ -89,182 +88,6 @@ def missing_assets_result(
     )
 
 
-@dataclass
-class _Reference:
-    column: str
-    row: int
-    path: str
-    offset: int | None = None
-    size: int | None = None
-    checksum: str | None = None
-
-
-@dataclass
-class IntegrityReport:
-    """What the integrity scan found (also usable outside Dagster)."""
-
-    total: int = 0
-    checked: int = 0
-    blocks: int = 0
-    failures: list[str] = field(default_factory=list)
-    failure_count: int = 0
-    checksums_verified: int = 0
-    checksum_failures: int = 0
-
-    @property
-    def sampling_rate(self) -> float:
-        return 1.0 if self.total == 0 else self.checked / self.total
-
-
-def _asset_columns(schema: Any) -> dict[str, str]:
-    columns = {}
-    for f in schema or []:
-        info = mdr.datatype.asset_of(f)
-        if info is not None and info.form in ("blob", "path"):
-            columns[f.name] = info.form
-    return columns
-
-
-def _iter_references(pipeline: mdr.Pipeline, columns: dict[str, str]) -> Iterator[_Reference]:
-    for index, row in enumerate(pipeline.iter_rows()):
-        for name, form in columns.items():
-            value = row.get(name)
-            values = value if isinstance(value, list) else [value]
-            for item in values:
-                if item is None:
-                    continue
-                if form == "blob":
-                    yield _Reference(
-                        name,
-                        index,
-                        item.get("path"),
-                        item.get("offset"),
-                        item.get("size"),
-                        item.get("checksum"),
-                    )
-                else:
-                    yield _Reference(name, index, item)
-
-
-def _sample(refs: Iterator[_Reference], threshold: int, size: int, seed: int):
-    """All references up to ``threshold``; beyond, a uniform sample of ``size`` (Algorithm R)."""
-    rng = random.Random(seed)
-    everything: list[_Reference] | None = []
-    reservoir: list[_Reference] = []
-    total = 0
-    for ref in refs:
-        total += 1
-        if everything is not None:
-            everything.append(ref)
-            if len(everything) > threshold:
-                everything = None
-        if len(reservoir) < size:
-            reservoir.append(ref)
-        else:
-            j = rng.randrange(total)
-            if j < size:
-                reservoir[j] = ref
-    return total, (everything if everything is not None else reservoir)
-
-
-def scan_references(
-    version: DatasetVersion,
-    *,
-    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
-    seed: int = 0,
-    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
-    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
-) -> IntegrityReport:
-    """Check the references of ``version``'s asset columns against storage."""
-    columns = _asset_columns(version_schema(version))
-    report = IntegrityReport()
-    if not columns:
-        return report
-    pipeline = open_version(version, columns=list(columns))
-    total, chosen = _sample(
-        _iter_references(pipeline, columns), sample_threshold, sample_size, seed
-    )
-    report.total, report.checked = total, len(chosen)
-    sizes: dict[str, int | None] = {}
-    intact: list[_Reference] = []
-    for ref in chosen:
-        problem = _check(ref, sizes, version)
-        if problem:
-            report.failure_count += 1
-            if len(report.failures) < _SHOWN_FAILURES:
-                report.failures.append(problem)
-        elif ref.checksum:
-            intact.append(ref)
-    report.blocks = len(sizes)
-    _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
-    return report
-
-
-def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
-    """Verify the checksums of in-bounds references (a sample on large datasets)."""
-    pairs = [
-        (
-            f"column {r.column!r} row {r.row}",
-            {"path": r.path, "offset": r.offset, "size": r.size, "checksum": r.checksum},
-        )
-        for r in refs
-    ]
-    audit = verify_checksums(
-        pairs,
-        rate=rate,
-        full_below=full_below,
-        seed=seed,
-        storage_options=_options_for(pairs[0][1]["path"], version) if pairs else None,
-    )
-    report.checksums_verified = audit.verified
-    report.checksum_failures = audit.failure_count
-    report.failure_count += audit.failure_count
-    report.failures.extend(audit.failures[: max(0, _SHOWN_FAILURES - len(report.failures))])
-
-
-def _options_for(path: str, version: DatasetVersion) -> dict[str, Any] | None:
-    """The version's storage options for a path on the version's store, else none."""
-    same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
-    return (version.storage_options or None) if same_store and "://" in version.url else None
-
-
-def _size_of(path: str, sizes: dict[str, int | None], version: DatasetVersion) -> int | None:
-    if path not in sizes:
-        same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
-        options = version.storage_options if same_store and "://" in version.url else None
-        fs, fs_path = resolve(path, options or None)
-        try:
-            sizes[path] = int(fs.size(fs_path))
-        except (FileNotFoundError, OSError):
-            sizes[path] = None
-    return sizes[path]
-
-
-def _check(ref: _Reference, sizes: dict[str, int | None], version: DatasetVersion) -> str | None:
-    where = f"column {ref.column!r} row {ref.row}"
-    if not isinstance(ref.path, str) or not ref.path:
-        return f"{where}: empty path"
-    size = _size_of(ref.path, sizes, version)
-    if size is None:
-        kind = "block" if ref.offset is not None else "file"
-        return f"{where}: {kind} {ref.path} does not exist"
-    if ref.offset is None:
-        return None
-    try:
-        validate_reference({"path": ref.path, "offset": ref.offset, "size": ref.size})
-    except ValueError as exc:
-        return f"{where}: malformed reference: {exc}"
-    if ref.size is None:
-        return f"{where}: malformed reference: it has an offset but no size"
-    if ref.offset + ref.size > size:
-        return (
-            f"{where}: range [{ref.offset}, {ref.offset + ref.size}) of {ref.path} "
-            f"reaches past the block's {size} bytes"
-        )
-    return None
-
-
 def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
     metadata: dict[str, dg.MetadataValue] = {
         "references_total": dg.MetadataValue.int(report.total),
@@ -274,14 +97,23 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
         "failures": dg.MetadataValue.int(report.failure_count),
         "checksums_verified": dg.MetadataValue.int(report.checksums_verified),
         "checksum_failures": dg.MetadataValue.int(report.checksum_failures),
+        "references_checked_at_write": dg.MetadataValue.int(report.checked_at_write),
+        "attempts_audited_at_write": dg.MetadataValue.int(report.attempts_audited),
+        "failures_recorded_at_write": dg.MetadataValue.int(report.failures_at_write),
     }
     if report.failures:
         metadata["first_failures"] = dg.MetadataValue.md(
             "\n".join(f"- {line}" for line in report.failures)
         )
     description = None
-    if report.failure_count:
-        description = f"{report.failure_count} of {report.checked} checked reference(s) are broken"
+    found = report.failure_count - report.failures_at_write
+    if found:
+        description = f"{found} of {report.checked} re-checked reference(s) are broken"
+    if report.failures_at_write:
+        description = (
+            f"{report.failures_at_write} broken reference(s) recorded by the write attempts"
+            + (f"; {description}" if description else "")
+        )
     return dg.AssetCheckResult(
         passed=report.failure_count == 0, metadata=metadata, description=description
     )

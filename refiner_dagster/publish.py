@@ -158,6 +158,7 @@ def audit_version(
         sample_threshold=policy.sample_threshold,
         sample_size=policy.sample_size,
         seed=policy.seed,
+        summary=summary,
     )
     integrity = integrity_result(report)
     results = [

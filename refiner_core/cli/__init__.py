@@ -125,7 +125,16 @@ def inspect(out: str, endpoint_url: str | None, options: tuple[str, ...], show_a
 @main.command()
 @_location_options
 @click.option("--max-failures", default=20, show_default=True, help="Failures listed in full.")
-def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_failures: int) -> None:
+@click.option(
+    "--threads",
+    default=16,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Table files read and files sized at once (1: one request at a time).",
+)
+def verify(
+    out: str, endpoint_url: str | None, options: tuple[str, ...], max_failures: int, threads: int
+) -> None:
     """Check that every blob reference and file path resolves within bounds (and
     checksums, when references carry them); for a LeRobot dataset, that every episode's
     video matches its table. Exit 1 on any failure."""
@@ -145,7 +154,7 @@ def verify(out: str, endpoint_url: str | None, options: tuple[str, ...], max_fai
         if not audit.ok:
             sys.exit(1)
         return
-    report = verify_output(_open(out, endpoint_url, options), limit=max_failures)
+    report = verify_output(_open(out, endpoint_url, options), limit=max_failures, threads=threads)
     checked = (
         f"{report.rows:,} rows, {report.blobs:,} blob references, {report.paths:,} file paths, "
         f"{report.checksums:,} checksums"

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..io.checksum import CHECKSUM_ALGORITHMS, checksum_of
 from ..io.datafile import resolve
+from ..io.parallel_reads import DEFAULT_READ_THREADS, file_sizes
 from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
 
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ..video.audit import VideoAudit
+
+
+# References whose files are sized together (concurrently) before they are checked.
+SIZE_WINDOW = 4096
 
 
 @dataclass
@@ -63,24 +69,24 @@ class VerifyReport:
 
 
 class _Sizes:
-    """Sizes of the files references point at, one lookup per file."""
+    """Sizes of the files references point at, one lookup per file; :meth:`prefetch`
+    looks a batch up concurrently."""
 
-    def __init__(self, storage_options: dict[str, Any]) -> None:
+    def __init__(self, storage_options: dict[str, Any], threads: int = 1) -> None:
         self.storage_options = storage_options
+        self.threads = threads
         self._known: dict[str, int | None] = {}
 
-    def _fs(self, url: str):
-        options = self.storage_options if "://" in url else None
-        return resolve(url, options)
+    def prefetch(self, urls: Iterable[Any]) -> None:
+        """Look up, ``threads`` at a time, the sizes of the URLs not known yet."""
+        unknown = [u for u in urls if isinstance(u, str) and u and u not in self._known]
+        options = self.storage_options or None
+        self._known.update(file_sizes(unknown, storage_options=options, max_workers=self.threads))
 
     def size(self, url: str) -> int | None:
         """The file's size in bytes, ``None`` when it does not exist."""
         if url not in self._known:
-            fs, path = self._fs(url)
-            try:
-                self._known[url] = int(fs.size(path))
-            except FileNotFoundError:
-                self._known[url] = None
+            self.prefetch([url])
         return self._known[url]
 
 
@@ -127,34 +133,58 @@ def _check_digests(
             report.fail(f"{where}: {algorithm} is {actual}, the reference says {expected}")
 
 
-def verify_output(output: StoredOutput, *, limit: int = 20) -> VerifyReport:
-    """Check every reference and table file of ``output``; see the module docstring."""
+def verify_output(
+    output: StoredOutput, *, limit: int = 20, threads: int = DEFAULT_READ_THREADS
+) -> VerifyReport:
+    """Check every reference and table file of ``output``; see the module docstring.
+
+    Table files are read ``threads`` at a time and the blocks of each
+    :data:`SIZE_WINDOW` references are sized concurrently (``threads=1``: one request
+    at a time)."""
     report = VerifyReport(limit=limit)
-    for relative in output.files:
-        if not output.folder.exists(relative):
-            report.fail(f"table file {output.folder.url_of(relative)} is missing")
+    sizes = _Sizes(output.storage_options, threads)
+    tables = [output.folder.url_of(relative) for relative in output.files]
+    sizes.prefetch(tables)
+    for url in tables:
+        if sizes.size(url) is None:
+            report.fail(f"table file {url} is missing")
     if not report.ok:
         return report
     columns = asset_columns(output)
-    sizes = _Sizes(output.storage_options)
     prefixes = asset_prefixes(output)
     pending: list[tuple[Reference, str]] = []  # in-bounds references carrying a checksum
-    for row in iter_rows(output):
+    window: list[tuple[TableRow, Reference]] = []
+    for row in iter_rows(output, threads=threads):
         report.rows += 1
-        for ref in references(row, columns, prefixes):
-            if ref.is_blob:
-                report.blobs += 1
-                if _check_blob(ref, row, sizes, report) and ref.checksum:
-                    pending.append((ref, f"{row.where()}, {ref.describe()}"))
-            else:
-                report.paths += 1
-                if sizes.size(ref.path) is None:
-                    report.fail(f"{row.where()}, {ref.describe()}: the file does not exist")
+        window.extend((row, ref) for ref in references(row, columns, prefixes))
+        if len(window) >= SIZE_WINDOW:
+            _check_window(window, sizes, report, pending)
+            window = []
+    _check_window(window, sizes, report, pending)
     _check_digests(pending, output.storage_options, report)
     expected = (output.summary or {}).get("rows_written")
     if expected is not None and output.format != "lance" and report.rows != expected:
         report.fail(f"the table has {report.rows} rows; the summary says {expected}")
     return report
+
+
+def _check_window(
+    window: list[tuple[TableRow, Reference]],
+    sizes: _Sizes,
+    report: VerifyReport,
+    pending: list[tuple[Reference, str]],
+) -> None:
+    """Check a window of references, their files sized together first."""
+    sizes.prefetch(ref.path for _, ref in window)
+    for row, ref in window:
+        if ref.is_blob:
+            report.blobs += 1
+            if _check_blob(ref, row, sizes, report) and ref.checksum:
+                pending.append((ref, f"{row.where()}, {ref.describe()}"))
+        else:
+            report.paths += 1
+            if sizes.size(ref.path) is None:
+                report.fail(f"{row.where()}, {ref.describe()}: the file does not exist")
 
 
 def lerobot_version(root: str, storage_options: dict[str, Any] | None) -> str | None:

@@ -5,6 +5,7 @@ from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
+from .parallel_reads import DEFAULT_READ_THREADS, file_sizes, map_in_order, read_table_rows
 from .read_sources import read_sources, set_read_sources
 from .version_history import (
     check_as_of,
@@ -17,6 +18,7 @@ from .versions import CURRENT_POINTER, VERSION_PREFIX, VERSIONS_DIR, UnknownVers
 
 __all__ = [
     "CURRENT_POINTER",
+    "DEFAULT_READ_THREADS",
     "ChecksumMismatchError",
     "RollbackRefused",
     "VersionInfo",
@@ -30,17 +32,20 @@ __all__ = [
     "check_relative",
     "checksum_of",
     "first_published",
+    "file_sizes",
     "full_url",
     "is_local",
     "is_s3",
     "iter_blobs",
     "moved_pointer",
+    "map_in_order",
     "parse_checksum",
     "pointer_history",
     "read_blob",
     "read_blobs",
     "read_pointer",
     "read_sources",
+    "read_table_rows",
     "resolve",
     "rollback",
     "set_read_sources",

@@ -6,6 +6,9 @@ written only here, so the engine, the sinks and refiner_dagster agree on them::
     <output>/_refiner/attempts/<shard>__<attempt>.json   one AttemptManifest per attempt
     <output>/_refiner/summary.json                       the DatasetSummary of finalization
 
+Each manifest carries the attempt's :class:`ReferenceAudit` (the references it wrote,
+checked when it closed); the summary carries their sum.
+
 Files written before ``format_version`` existed read as version 1; a newer version
 than this release knows fails, naming the file and the version. Ids, paths and the
 reduction over manifests are the engine's (``_attempts``); integrations reach them
@@ -20,6 +23,7 @@ Example:
 """
 
 from ._attempts import ASSET_COUNTER_KEYS, BYTE_COUNTER_KEYS, COUNTER_KEYS, FINALIZE_COUNTER_KEYS
+from .audit import ReferenceAudit, ReferenceFailure
 from .reading import PersistedManifests, read_manifests, read_persisted
 from .values import AttemptManifest, AttemptResult, DatasetSummary, human_bytes, write_manifest
 
@@ -32,6 +36,8 @@ __all__ = [
     "AttemptResult",
     "DatasetSummary",
     "PersistedManifests",
+    "ReferenceAudit",
+    "ReferenceFailure",
     "human_bytes",
     "read_manifests",
     "read_persisted",

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..vocabulary import AssetForm, MissingPolicy
 from ._attempts import SUMMARY_PATH, manifest_path
+from .audit import ReferenceAudit, read_audit
 
 # The JSON layout of manifests and summaries. 1: before the field existed (read as is).
 FORMAT_VERSION = 2
@@ -87,6 +88,8 @@ class AttemptManifest:
     extra: dict[str, Any] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     steps: tuple[dict[str, Any], ...] = ()
+    reference_audit: ReferenceAudit | None = None
+    """The attempt's check of the references it wrote (``None``: it wrote none it checks)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -111,6 +114,7 @@ class AttemptManifest:
             "extra": self.extra,
             "counters": self.counters,
             "steps": list(self.steps),
+            **_audit_json(self.reference_audit),
         }
 
     @classmethod
@@ -129,6 +133,7 @@ class AttemptManifest:
                 extra=dict(data.get("extra") or {}),
                 counters=_int_counters(data.get("counters") or {}),
                 steps=tuple(data.get("steps", ())),
+                reference_audit=read_audit(data, where=where),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(
@@ -156,6 +161,7 @@ class AttemptResult:
     asset_dirs: tuple[str, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    reference_audit: ReferenceAudit | None = None
 
     def manifest(
         self,
@@ -179,7 +185,13 @@ class AttemptResult:
             extra=self.extra,
             counters={"rows_read": rows_read, **self.counters},
             steps=steps,
+            reference_audit=self.reference_audit,
         )
+
+
+def _audit_json(audit: ReferenceAudit | None) -> dict[str, Any]:
+    """The ``reference_audit`` entry of a JSON form (none without an audit)."""
+    return {} if audit is None else {"reference_audit": audit.to_json()}
 
 
 def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
@@ -252,6 +264,9 @@ class DatasetSummary:
     the call that aborts it; empty when none was left open."""
     finalized_at: float = 0.0
     elapsed_s: float = 0.0
+    reference_audit: ReferenceAudit | None = None
+    """The committed attempts' reference audits summed (``attempts`` of them; ``None``
+    when no committed attempt recorded one)."""
 
     @property
     def rows_written(self) -> int:
@@ -275,6 +290,7 @@ class DatasetSummary:
         for name in _SUMMARY_FIELDS[4:]:
             value = getattr(self, name)
             data[name] = list(value) if isinstance(value, tuple) else value
+        data.update(_audit_json(self.reference_audit))
         return data
 
     @classmethod
@@ -307,6 +323,7 @@ class DatasetSummary:
                 open_uploads=tuple(dict(u) for u in data.get("open_uploads", ())),
                 finalized_at=float(data.get("finalized_at", 0.0)),
                 elapsed_s=float(data.get("elapsed_s", 0.0)),
+                reference_audit=read_audit(data, where=where),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(

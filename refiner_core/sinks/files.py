@@ -34,6 +34,7 @@ from ..manifests import AttemptManifest, AttemptResult
 from ..manifests._attempts import LAYOUT_PATH, attempt_key, parse_attempt_key
 from .assets import make_asset_writer, resolve_assets_argument
 from .protocol import AttemptKey, AttemptWriter, Committed, Leftovers
+from .reference_audit import ReferenceRecorder
 from .template import FilenameTemplate
 
 MAX_PENDING_BLOCKS = 4
@@ -228,6 +229,8 @@ class FileAttemptWriter:
         # The columns of an attempt that wrote no rows, when known (see the module doc).
         self.empty_schema: pa.Schema | None = None
         self._pending: collections.deque[asyncio.Future] = collections.deque()
+        # the references this attempt's asset writer made, checked on close
+        self._references = ReferenceRecorder(shard_id, attempt_id) if self.assets else None
 
     def data_file(self) -> str:
         """The attempt's data file, relative to the output folder."""
@@ -264,6 +267,8 @@ class FileAttemptWriter:
             self._schema = self._open(table.schema)
         table = conform(table, self._schema, where=self.where)
         self._put(table)
+        if self._references is not None:
+            self._references.note(table, self.rows_written)
         self.rows_written += table.num_rows
 
     def _open(self, schema: pa.Schema) -> pa.Schema:
@@ -292,6 +297,7 @@ class FileAttemptWriter:
         asset_dirs: tuple[str, ...] = ()
         counters: dict[str, int] = {}
         extra: dict[str, Any] = {}
+        audit = None
         if self.assets is not None:
             while self._pending:
                 for ready in await self._pending.popleft():
@@ -311,10 +317,26 @@ class FileAttemptWriter:
             bytes_written = self._file.tell()
             self._stack.close()
             files = (self.relative,)
+        if self._references is not None and self.assets is not None:
+            audit = await asyncio.to_thread(
+                self._references.verify,
+                self.sink.folder,
+                listed=asset_dirs,
+                copied_sizes=self.assets.copied_sizes,
+            )
+            counters.update(
+                references_checked=audit.checked, reference_failures=audit.failure_count
+            )
         counters.update(
             rows_written=self.rows_written, files_written=len(files), bytes_written=bytes_written
         )
-        return AttemptResult(files=files, asset_dirs=asset_dirs, counters=counters, extra=extra)
+        return AttemptResult(
+            files=files,
+            asset_dirs=asset_dirs,
+            counters=counters,
+            extra=extra,
+            reference_audit=audit,
+        )
 
     async def abort(self) -> None:
         for task in self._pending:

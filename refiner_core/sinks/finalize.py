@@ -10,6 +10,7 @@ from ..io.open_uploads import retry_open_uploads
 from ..io.ownership import Lease, OutputOwnership
 from ..manifests import AttemptManifest, DatasetSummary, PersistedManifests, read_persisted
 from ..manifests._attempts import MANIFEST_DIR, choose_committed, committed_counters
+from ..manifests.audit import ReferenceAudit
 from .fence import Fence
 from .protocol import Leftovers, Sink
 
@@ -40,6 +41,14 @@ def _only_accepted(
             f"{len(missing)} shard(s) are affected. Launch again with fresh=True to rewrite them"
         )
     return kept
+
+
+def _combined_audit(committed: dict[str, AttemptManifest]) -> ReferenceAudit | None:
+    """The kept attempts' reference audits summed, in shard order (``None``: none has one)."""
+    audits = [
+        m.reference_audit for _, m in sorted(committed.items()) if m.reference_audit is not None
+    ]
+    return ReferenceAudit.combine(audits) if audits else None
 
 
 class FinalizeStage:
@@ -132,6 +141,7 @@ class FinalizeStage:
             commit=commit.record,
             open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
+            reference_audit=_combined_audit(committed),
         )
         # Readers follow the summary: it names only kept files before anything that an
         # earlier summary listed is deleted, so it never lists a file that is gone.

@@ -50,6 +50,8 @@ class AssetWriterBase:
         )
         self.local_output = is_local(folder.fs)
         self.counters = dict.fromkeys(ASSET_COUNTER_KEYS, 0)
+        # URL -> bytes of each file copied whole (the file writer's), for the reference audit
+        self.copied_sizes: dict[str, int] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._touched = False
 

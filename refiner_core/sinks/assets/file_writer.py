@@ -161,7 +161,9 @@ class FileAssetWriter(AssetWriterBase):
             copied_bytes += size
             relative = f"{directory}/{name}"
             written.setdefault(row, []).append((relative, size))
-            self.place(results, column, values, row, element, f"{directory_url}/{name}")
+            url = f"{directory_url}/{name}"
+            self.copied_sizes[url] = size
+            self.place(results, column, values, row, element, url)
             if sums is not None:
                 _put(sums, row, element, self._sums.pop(relative))
         self.counters["assets_written"] += copied

@@ -1,0 +1,255 @@
+"""The ``reference_integrity`` scan: a version's references checked against storage.
+
+:func:`scan_references` reads the version's table (asset columns only), keeps every
+reference up to ``sample_threshold`` or a seeded uniform sample of ``sample_size``
+above it, sizes the blocks and files they point at, and checks each reference lies
+inside its block (or its file exists); checksums are verified for all or a sample of
+the in-bounds references that carry one. Table files are read, and paths sized,
+``threads`` at a time. The failures the write attempts recorded in their manifests
+(summed in the version's summary) are counted in first.
+
+Example:
+    >>> report = IntegrityReport(total=4, checked=2)
+    >>> report.sampling_rate
+    0.5
+"""
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import refiner_core as mdr
+from refiner_core.io import (
+    DEFAULT_READ_THREADS,
+    file_sizes,
+    map_in_order,
+    read_table_rows,
+    validate_reference,
+)
+
+from .checksum_audit import (
+    DEFAULT_CHECKSUM_FULL_BELOW,
+    DEFAULT_CHECKSUM_SAMPLE_RATE,
+    verify_checksums,
+)
+from .storage import DatasetVersion
+from .tables import open_version, version_schema
+
+DEFAULT_SAMPLE_THRESHOLD = 100_000
+DEFAULT_SAMPLE_SIZE = 10_000
+SHOWN_FAILURES = 5
+
+
+@dataclass
+class _Reference:
+    column: str
+    row: int
+    path: str
+    offset: int | None = None
+    size: int | None = None
+    checksum: str | None = None
+
+
+@dataclass
+class IntegrityReport:
+    """What the integrity scan found (also usable outside Dagster)."""
+
+    total: int = 0
+    checked: int = 0
+    blocks: int = 0
+    failures: list[str] = field(default_factory=list)
+    failure_count: int = 0
+    checksums_verified: int = 0
+    checksum_failures: int = 0
+    checked_at_write: int = 0
+    attempts_audited: int = 0
+    failures_at_write: int = 0
+
+    @property
+    def sampling_rate(self) -> float:
+        return 1.0 if self.total == 0 else self.checked / self.total
+
+
+def _asset_columns(schema: Any) -> dict[str, str]:
+    columns = {}
+    for f in schema or []:
+        info = mdr.datatype.asset_of(f)
+        if info is not None and info.form in ("blob", "path"):
+            columns[f.name] = info.form
+    return columns
+
+
+def _version_rows(version: DatasetVersion, columns: list[str], threads: int) -> Iterator[Any]:
+    """The rows of ``version``'s table (asset ``columns`` only); Parquet and JSONL files
+    are read ``threads`` at a time, in the summary's order."""
+    summary = version.summary()
+    if threads <= 1 or version.format not in ("parquet", "jsonl") or summary is None:
+        yield from open_version(version, columns=columns).iter_rows()
+        return
+    folder = version.output_folder()
+    urls = [folder.url_of(relative) for relative in summary.files]
+    options = version.storage_options or None
+
+    def read(url: str) -> list[dict[str, Any]]:
+        return read_table_rows(url, version.format, columns=columns, storage_options=options)
+
+    for rows in map_in_order(read, urls, max_workers=threads):
+        yield from rows
+
+
+def _iter_references(rows: Iterator[Any], columns: dict[str, str]) -> Iterator[_Reference]:
+    for index, row in enumerate(rows):
+        for name, form in columns.items():
+            value = row.get(name)
+            values = value if isinstance(value, list) else [value]
+            for item in values:
+                if item is None:
+                    continue
+                if form == "blob":
+                    yield _Reference(
+                        name,
+                        index,
+                        item.get("path"),
+                        item.get("offset"),
+                        item.get("size"),
+                        item.get("checksum"),
+                    )
+                else:
+                    yield _Reference(name, index, item)
+
+
+def _sample(refs: Iterator[_Reference], threshold: int, size: int, seed: int):
+    """All references up to ``threshold``; beyond, a uniform sample of ``size`` (Algorithm R)."""
+    rng = random.Random(seed)
+    everything: list[_Reference] | None = []
+    reservoir: list[_Reference] = []
+    total = 0
+    for ref in refs:
+        total += 1
+        if everything is not None:
+            everything.append(ref)
+            if len(everything) > threshold:
+                everything = None
+        if len(reservoir) < size:
+            reservoir.append(ref)
+        else:
+            j = rng.randrange(total)
+            if j < size:
+                reservoir[j] = ref
+    return total, (everything if everything is not None else reservoir)
+
+
+def scan_references(
+    version: DatasetVersion,
+    *,
+    sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+    checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
+    checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
+    summary: mdr.DatasetSummary | None = None,
+    threads: int = DEFAULT_READ_THREADS,
+) -> IntegrityReport:
+    """Check the references of ``version``'s asset columns against storage, after the
+    failures its write attempts recorded (from ``summary``, else the version's own).
+
+    Table files are read, and the referenced blocks and files sized, ``threads`` at a
+    time (``1``: one request at a time)."""
+    columns = _asset_columns(version_schema(version))
+    report = IntegrityReport()
+    _add_write_audit(report, summary if summary is not None else version.summary())
+    if not columns:
+        return report
+    rows = _version_rows(version, list(columns), threads)
+    total, chosen = _sample(_iter_references(rows, columns), sample_threshold, sample_size, seed)
+    report.total, report.checked = total, len(chosen)
+    sizes = _sizes(chosen, version, threads)
+    intact: list[_Reference] = []
+    for ref in chosen:
+        problem = _check(ref, sizes)
+        if problem:
+            report.failure_count += 1
+            if len(report.failures) < SHOWN_FAILURES:
+                report.failures.append(problem)
+        elif ref.checksum:
+            intact.append(ref)
+    report.blocks = len(sizes)
+    _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
+    return report
+
+
+def _add_write_audit(report: IntegrityReport, summary: mdr.DatasetSummary | None) -> None:
+    """Count in the reference audits the write attempts recorded in their manifests."""
+    audit = summary.reference_audit if summary is not None else None
+    if audit is None:
+        return
+    report.checked_at_write = audit.checked
+    report.attempts_audited = audit.attempts
+    report.failures_at_write = audit.failure_count
+    report.failure_count += audit.failure_count
+    report.failures.extend(
+        f"recorded at write: {failure.describe()}" for failure in audit.failures[:SHOWN_FAILURES]
+    )
+
+
+def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
+    """Verify the checksums of in-bounds references (a sample on large datasets)."""
+    pairs = [
+        (
+            f"column {r.column!r} row {r.row}",
+            {"path": r.path, "offset": r.offset, "size": r.size, "checksum": r.checksum},
+        )
+        for r in refs
+    ]
+    audit = verify_checksums(
+        pairs,
+        rate=rate,
+        full_below=full_below,
+        seed=seed,
+        storage_options=_options_for(pairs[0][1]["path"], version) if pairs else None,
+    )
+    report.checksums_verified = audit.verified
+    report.checksum_failures = audit.failure_count
+    report.failure_count += audit.failure_count
+    report.failures.extend(audit.failures[: max(0, SHOWN_FAILURES - len(report.failures))])
+
+
+def _options_for(path: str, version: DatasetVersion) -> dict[str, Any] | None:
+    """The version's storage options for a path on the version's store, else none."""
+    same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
+    return (version.storage_options or None) if same_store and "://" in version.url else None
+
+
+def _sizes(refs: list[_Reference], version: DatasetVersion, threads: int) -> dict[str, int | None]:
+    """The size of every path ``refs`` point at (``None``: absent), looked up
+    ``threads`` at a time; the version's storage options apply on its own store."""
+    paths = {r.path for r in refs if isinstance(r.path, str) and r.path}
+    on_store = {p for p in paths if _options_for(p, version) is not None}
+    sizes = file_sizes(on_store, storage_options=version.storage_options, max_workers=threads)
+    sizes.update(file_sizes(paths - on_store, max_workers=threads))
+    return sizes
+
+
+def _check(ref: _Reference, sizes: dict[str, int | None]) -> str | None:
+    where = f"column {ref.column!r} row {ref.row}"
+    if not isinstance(ref.path, str) or not ref.path:
+        return f"{where}: empty path"
+    size = sizes.get(ref.path)
+    if size is None:
+        kind = "block" if ref.offset is not None else "file"
+        return f"{where}: {kind} {ref.path} does not exist"
+    if ref.offset is None:
+        return None
+    try:
+        validate_reference({"path": ref.path, "offset": ref.offset, "size": ref.size})
+    except ValueError as exc:
+        return f"{where}: malformed reference: {exc}"
+    if ref.size is None:
+        return f"{where}: malformed reference: it has an offset but no size"
+    if ref.offset + ref.size > size:
+        return (
+            f"{where}: range [{ref.offset}, {ref.offset + ref.size}) of {ref.path} "
+            f"reaches past the block's {size} bytes"
+        )
+    return None
