@@ -525,7 +525,7 @@ def bench_small_packs(work: Path, counts: list[int], size: int, repeat: int) -> 
 
         def packed(index: str = index, count: int = count) -> None:
             summary = pack(index, out, 1, mdr.BlobAssetConfig(), default_plan=True)
-            assert summary["assets_written"] == count
+            assert summary.counters["assets_written"] == count
 
         print(f"\nload average before: {os.getloadavg()[0]:.1f}")
         runs = interleaved({cat_name: cat, pack_name: quiet(packed)}, lambda: drop(out), repeat)
