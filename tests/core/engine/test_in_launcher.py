@@ -137,7 +137,7 @@ def test_same_output_and_manifests_in_the_launcher_and_in_a_worker(tmp_path):
     assert cells(tmp_path / "here") == cells(tmp_path / "worker")
 
 
-def test_a_failure_in_the_launcher_reads_as_a_worker_failure(tmp_path):
+def test_a_failure_in_the_launcher_reads_as_a_worker_failure(tmp_path, pool_runs):
     index = tmp_path / "index.parquet"
     pq.write_table(pa.table({"video": [str(tmp_path / "missing.bin")]}), index)
     out = tmp_path / "out"
@@ -147,6 +147,7 @@ def test_a_failure_in_the_launcher_reads_as_a_worker_failure(tmp_path):
             pack(str(index), out, **launch)
         assert caught.value.stage == 0 and caught.value.shard_id == "00000"
         messages.append(str(caught.value).split("\n\nworker traceback:\n")[0])
+    assert pool_runs == [1]  # the first launch failed in the launcher, the second in a worker
     assert messages[0] == messages[1]
     assert "missing.bin" in messages[0]
     assert read_persisted(DataFolder(str(out))).manifests == ()
