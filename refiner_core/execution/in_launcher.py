@@ -86,10 +86,12 @@ def run_in_launcher(
             rundir.mark(index, manifest)
             progress.update(shards=1)
             current = None
-    except Exception as exc:
+    except BaseException as exc:  # an interrupt, too, closes the loop and its callbacks
         with contextlib.suppress(Exception):  # the shard's error is the one to report
             worker.close()
-        raise _failed(stage, index, current, exc) from exc
+        if isinstance(exc, Exception):
+            raise _failed(stage, index, current, exc) from exc
+        raise
     try:
         worker.close()
     except Exception as exc:

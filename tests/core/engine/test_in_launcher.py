@@ -4,6 +4,7 @@ that the output, manifests, run dir and errors are those a worker would have mad
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ import pytest
 import refiner_core as mdr
 from refiner_core.errors import StageFailed
 from refiner_core.execution.pool import WorkerPool
+from refiner_core.execution.stages import WriteStage
 from refiner_core.io import DataFolder
 from refiner_core.manifests import read_persisted
 
@@ -22,7 +24,7 @@ from .helpers import CallLog, read_output_rows
 def media_index(tmp_path: Path, count: int = 6) -> str:
     """A Parquet index of ``count`` small local files (one row group)."""
     src = tmp_path / "src"
-    src.mkdir()
+    src.mkdir(parents=True)
     paths = []
     for i in range(count):
         path = src / f"clip_{i}.bin"
@@ -162,3 +164,16 @@ def test_a_rundir_resumes_a_shard_that_ran_in_the_launcher(tmp_path):
     again = pack(index, tmp_path / "out", rundir=run)
     assert again.stages[0].shards_skipped == 1 and again.stages[0].in_process is False
     assert again.summary.counters == first.summary.counters
+
+
+def test_an_interrupt_in_the_launcher_closes_its_loop_and_passes(tmp_path, monkeypatch):
+    def interrupted(self, shard, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(WriteStage, "run_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pack(media_index(tmp_path), tmp_path / "out")
+    assert not [t for t in threading.enumerate() if t.name == "refiner-loop" and t.is_alive()]
+    monkeypatch.undo()
+    stats = pack(media_index(tmp_path / "again"), tmp_path / "out")  # the lease was released
+    assert stats.summary.counters["assets_written"] == 6
