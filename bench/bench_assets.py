@@ -21,7 +21,9 @@ in a temporary folder and times, as the median of ``--repeat`` runs, interleaved
 With ``--small 1000,8000`` it runs only the small-job cases instead: packing 1,000 and
 8,000 files of 16 KiB with one worker against ``cat`` of the same files (target <= 5x
 for the first), and the CPU each extra file costs between the two (target <= 1.5x
-``cat``'s), the load average printed beside them.
+``cat``'s), the load average printed beside them. Such a one-shard job runs in the
+launching process (``launch_local``'s small-job rule); the same pack in a worker
+process (``start_method="fork"``) is timed beside it and reported.
 
 With ``--peer`` (the default when ``bench/peer/.venv`` exists; ``--no-peer`` skips
 it) cases 1 and 2 also run the public ``macrodata-refiner`` library on the same
@@ -248,15 +250,19 @@ def ratio_line(label: str, value: float, target: str) -> None:
 
 
 def pack(
-    input_table: str, output: Path, workers: int, config, *, default_plan=False
+    input_table: str, output: Path, workers: int, config, *, default_plan=False, start_method=None
 ) -> mdr.DatasetSummary:
-    """One shard per worker, or with ``default_plan`` the plan ``read_parquet`` makes."""
+    """One shard per worker, or with ``default_plan`` the plan ``read_parquet`` makes.
+    A one-shard job with one worker runs in this process unless ``start_method`` is given
+    (``launch_local``'s small-job rule)."""
     pipeline = mdr.read_parquet(
         input_table,
         dtypes={"video": mdr.datatype.video_path()},
         num_shards=None if default_plan else workers,
     )
-    stats = pipeline.write_parquet(str(output), assets=config).launch_local(num_workers=workers)
+    stats = pipeline.write_parquet(str(output), assets=config).launch_local(
+        num_workers=workers, start_method=start_method
+    )
     if not default_plan:
         assert stats.stages[0].shards == workers
     return stats.summary
@@ -518,6 +524,7 @@ def bench_small_packs(work: Path, counts: list[int], size: int, repeat: int) -> 
         index = paths_table(paths, work / f"small-input-{count}" / "index.parquet", count)
         data = f"{count:,} x {size // KIB} KiB"
         cat_name, pack_name = f"cat, {data}", f"pack, {data}, 1 worker"
+        forked_name = f"pack, {data}, worker process"
 
         def cat(paths: list[str] = paths) -> None:
             with open(out, "wb") as f:
@@ -525,14 +532,24 @@ def bench_small_packs(work: Path, counts: list[int], size: int, repeat: int) -> 
 
         def packed(index: str = index, count: int = count) -> None:
             summary = pack(index, out, 1, mdr.BlobAssetConfig(), default_plan=True)
-            assert summary["assets_written"] == count
+            assert summary.counters["assets_written"] == count
+
+        def forked(index: str = index, count: int = count) -> None:
+            summary = pack(
+                index, out, 1, mdr.BlobAssetConfig(), default_plan=True, start_method="fork"
+            )
+            assert summary.counters["assets_written"] == count
 
         print(f"\nload average before: {os.getloadavg()[0]:.1f}")
-        runs = interleaved({cat_name: cat, pack_name: quiet(packed)}, lambda: drop(out), repeat)
+        cases = {cat_name: cat, pack_name: quiet(packed), forked_name: quiet(forked)}
+        runs = interleaved(cases, lambda: drop(out), repeat)
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         m = report(f"small pack: {data}, one worker, against cat", runs, count * size)
         ratio = m[pack_name] / m[cat_name]
         ratio_line("pack / cat (wall)", ratio, "<= 5" if count == counts[0] else "(reported)")
+        ratio_line(
+            "pack in a worker process / cat (wall)", m[forked_name] / m[cat_name], "(reported)"
+        )
         cpu[count] = (
             statistics.median(CPU_SECONDS[cat_name]),
             statistics.median(CPU_SECONDS[pack_name]),
@@ -554,6 +571,8 @@ def bench_small_packs(work: Path, counts: list[int], size: int, repeat: int) -> 
                     "load": round(os.getloadavg()[0], 1),
                     "runs_s": [round(t, 3) for t in runs[pack_name]],
                     "baseline_runs_s": [round(t, 3) for t in runs[cat_name]],
+                    "worker_process_s": m[forked_name],
+                    "worker_process_cpu_s": statistics.median(CPU_SECONDS[forked_name]),
                 },
             )
         )
@@ -596,7 +615,10 @@ def bench_rss(work: Path, gib: float) -> list[Result]:
         table = paths_table(paths, work / "rss-input" / "paths.parquet")
         out = work / "rss-out"
         with RssSampler() as sampler:
-            summary = quiet(lambda t=table, o=out: pack(t, o, 1, mdr.BlobAssetConfig()))
+            # a worker process, whose RSS the sampler sums: start_method keeps the worker
+            summary = quiet(
+                lambda t=table, o=out: pack(t, o, 1, mdr.BlobAssetConfig(), start_method="fork")
+            )
             started = time.perf_counter()
             summary()
             seconds = time.perf_counter() - started

@@ -15,6 +15,7 @@ from ..io.ownership import DEFAULT_STALE_AFTER_S, Lease, OutputOwnership
 from ..manifests import DatasetSummary
 from ..validation import check_positive
 from .fingerprint import describe_sequence, describe_stage
+from .in_launcher import run_in_launcher, runs_in_launcher
 from .pool import WorkerPool, reap
 from .progress import StageProgress
 from .protocols import ReduceStage
@@ -35,6 +36,7 @@ class StageStats:
     bytes: int = 0
     elapsed_s: float = 0.0
     summary: DatasetSummary | None = None
+    in_process: bool = False  # its shards ran in the launching process (.in_launcher)
 
 
 @dataclass
@@ -71,6 +73,7 @@ class _Launch:
     progress_timeout_s: float | None
     state: RunDir
     stats: LaunchStats
+    start_method_given: bool = False
     owners: dict[str, OutputOwnership] = field(default_factory=dict)
     exiting: list[Any] = field(default_factory=list)  # workers to reap when the launch ends
     writes: dict[int, int] = field(default_factory=dict)  # id of a write's sink -> its index
@@ -112,11 +115,12 @@ def launch(
 ) -> LaunchStats:
     """Run ``sequence``'s stages in order; see ``PipelineSequence.launch_local``."""
     _check_settings(num_workers, owner_stale_after_s, progress_timeout_s)
+    given = start_method is not None
     start_method = resolve_start_method(start_method)
     name = name or "refiner"
     state = RunDir(rundir, name, num_workers, fresh=fresh)
     stats = LaunchStats(name=name, run_id=state.run_id, rundir=state.path)
-    run = _Launch(name, num_workers, start_method, progress_timeout_s, state, stats)
+    run = _Launch(name, num_workers, start_method, progress_timeout_s, state, stats, given)
     started = time.monotonic()
     try:
         if state.fingerprint is not None:
@@ -206,7 +210,20 @@ def _run_shards(run: _Launch, index: int, stage: Any, st: StageStats) -> None:
     progress = StageProgress(label, len(shards))
     progress.update(shards=st.shards_skipped)
     try:
-        if todo:
+        if todo and runs_in_launcher(
+            stage, todo, num_workers=run.num_workers, start_method_given=run.start_method_given
+        ):
+            st.in_process = True
+            run_in_launcher(
+                stage,
+                index,
+                todo,
+                run_id=run.state.run_id,
+                rundir=run.state,
+                progress=progress,
+                lease=lease,
+            )
+        elif todo:
             pool = WorkerPool(
                 stage,
                 index,

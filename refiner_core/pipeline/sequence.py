@@ -164,6 +164,11 @@ class PipelineSequence:
         default; it reports after every block of rows it writes) is taken as hung: it
         is killed and the stage fails naming the worker and its shard. ``None`` waits
         forever. Returns :class:`LaunchStats` with the finalization summary.
+
+        A small job starts no worker: a stage with one shard left to run, no steps,
+        a Parquet, JSONL or items source and a Parquet or JSONL output, launched with
+        ``num_workers=1`` and no ``start_method``, runs that shard in this process
+        (``stats.stages[i].in_process``; :mod:`refiner_core.execution.in_launcher`).
         """
         from ..execution.launcher import launch
 
