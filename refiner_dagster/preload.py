@@ -18,12 +18,18 @@ Name this module first, then the module of your definitions::
     )
 
 Importing it loads ``refiner_core`` and ``refiner_dagster`` (pyarrow and pyarrow.parquet
-with them), and opens and disposes of an in-memory Dagster instance. That
-loads the instance storage modules (SQLAlchemy, Alembic, the SQLite run and event-log
-storages), which ``import dagster`` leaves until the first instance is opened, and which
-every step process otherwise imports again to open the run's instance before it can
-start the step. Nothing stays open and nothing is written: no thread, file or database
-connection is left for the forked steps to inherit.
+with them), then what each step process would otherwise load again on its own:
+
+- the instance storage modules (SQLAlchemy, Alembic, the SQLite run and event-log
+  storages), which ``import dagster`` leaves until the first instance is opened and
+  which a step needs to open the run's instance before it starts: it opens and disposes
+  of an in-memory instance;
+- pandas, when installed, which pyarrow imports on its first conversion of Python
+  values (``pa.array``, ``pa.table``), that is in the first rows a step writes: it
+  converts one value.
+
+Nothing stays open and nothing is written: no thread, file or database connection is
+left for the forked steps to inherit.
 
 Example:
     >>> import sys, refiner_dagster.preload
@@ -34,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.parquet  # noqa: F401  (the format of every dataset and of its manifests)
 
 import refiner_core  # noqa: F401
@@ -46,4 +53,10 @@ def warm_instance_storage() -> None:
         pass
 
 
+def warm_pyarrow_conversion() -> None:
+    """Convert one Python value: pyarrow then imports pandas, when installed, for good."""
+    pa.array([0])
+
+
 warm_instance_storage()
+warm_pyarrow_conversion()

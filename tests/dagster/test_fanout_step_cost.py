@@ -81,11 +81,12 @@ def test_min_shards_per_task_is_a_positive_integer():
 
 def test_preload_module_loads_storage_and_engine_and_leaves_nothing_open(tmp_path):
     probe = (
-        "import os, sys, threading, tempfile\n"
+        "import importlib.util, os, sys, threading, tempfile\n"
         "before = set(os.listdir(tempfile.gettempdir()))\n"
         "fds = len(os.listdir('/proc/self/fd'))\n"
         "import refiner_dagster.preload\n"
         "wanted = ['refiner_core', 'refiner_dagster', 'pyarrow.parquet', 'sqlalchemy', 'alembic']\n"
+        "wanted += ['pandas'] if importlib.util.find_spec('pandas') else []\n"
         "print([m for m in wanted if m not in sys.modules])\n"
         "print(threading.active_count(), len(os.listdir('/proc/self/fd')) - fds)\n"
         "print(sorted(set(os.listdir(tempfile.gettempdir())) - before))\n"
