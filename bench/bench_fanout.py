@@ -11,7 +11,8 @@ multiprocess executor on a real Dagster instance (SQLite, temporary DAGSTER_HOME
    Dagster step process, step outputs through ``fs_io_manager``, on the executor's
    default start method (``spawn``: every step a fresh interpreter);
 3. the same fan-out with ``start_method: {forkserver: {preload_modules: [...]}}``
-   (``--preload``, default ``refiner_dagster.preload`` and this script's module):
+   (``--preload``, default ``refiner_dagster.preload`` and this script's module, from
+   which the jobs are reconstructed by name, as from a code location):
    every step forked from a server that imported them once;
 4. the same on the forkserver with ``min_shards_per_task=4``: the plan step makes one
    write step of the 4 shards (plan -> write -> finalize).
@@ -21,7 +22,7 @@ It prints the median wall time of each side and its ratio to the IO-manager path
 log (medians over the repeats): launch (``STEP_WORKER_STARTING`` to
 ``STEP_WORKER_STARTED``: the process start and opening the run's instance), prepare
 (to ``STEP_START``: rebuilding the job and its execution plan, resources) and run
-(to ``STEP_SUCCESS``). ``--preload __main__`` measures the forkserver as it was
+(to ``STEP_SUCCESS``). ``--preload bench.bench_fanout`` measures the forkserver as it was
 before ``refiner_dagster.preload`` (the script's own imports only).
 
 It also times the fan-out's plan step alone, cutting a one-row-group index of
@@ -37,6 +38,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import statistics
@@ -78,11 +80,14 @@ fanned_small = rd.build_dataset_asset(
     pipeline, name="fanned_small", max_tasks=4, min_shards_per_task=4
 )
 PRELOAD_ENV = "REFINER_BENCH_FANOUT_PRELOAD"
+# the jobs are reconstructed from this module by name, as Dagster does for a code location
+LOCATION = "bench.bench_fanout"
+DEFAULT_PRELOAD = f"refiner_dagster.preload,{LOCATION}"
 SPAWN = dg.multiprocess_executor.configured({"max_concurrent": 4})
 
 
 def _forkserver() -> dg.ExecutorDefinition:
-    preload = os.environ.get(PRELOAD_ENV, f"refiner_dagster.preload,{__name__}").split(",")
+    preload = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD).split(",")
     return dg.multiprocess_executor.configured(
         {"max_concurrent": 4, "start_method": {"forkserver": {"preload_modules": preload}}}
     )
@@ -198,7 +203,7 @@ def main() -> None:
         "--preload",
         default=None,
         help="comma-separated forkserver preload_modules (default: refiner_dagster.preload and "
-        "this module; '__main__' gives the script's own imports only)",
+        f"{LOCATION}; '{LOCATION}' alone gives the script's own imports only)",
     )
     add_json_option(parser)
     args = parser.parse_args()
@@ -220,16 +225,17 @@ def main() -> None:
             os.environ[PRELOAD_ENV] = args.preload
         times: dict[str, list[float]] = {side: [] for side in SIDES}
         phases: dict[str, list[dict[str, dict[str, float]]]] = {side: [] for side in SIDES}
+        location = importlib.import_module(LOCATION)
         with dg.DagsterInstance.local_temp(tempdir=home) as instance:
-            _timed(one_step_job, instance)  # warm-up: imports, forkserver, SQLite
+            _timed(location.one_step_job, instance)  # warm-up: imports, forkserver, SQLite
             for _ in range(args.repeat):
-                for side, (_, job_fn) in SIDES.items():
+                for side, (_, job_fn) in location.SIDES.items():
                     elapsed, run_id = _timed(job_fn, instance)
                     times[side].append(elapsed)
                     phases[side].append(step_phases(instance, run_id))
         medians = {side: statistics.median(times[side]) for side in SIDES}
         one = medians["io_manager"]
-        preload = os.environ.get(PRELOAD_ENV, f"refiner_dagster.preload,{__name__}")
+        preload = os.environ.get(PRELOAD_ENV, DEFAULT_PRELOAD)
         print(f"rows={args.rows}, 4 shards, median of {args.repeat}; forkserver preload: {preload}")
         for side, (label, _) in SIDES.items():
             runs = " ".join(f"{t:.2f}" for t in times[side])
