@@ -82,6 +82,7 @@ def build_dataset_asset(
     sample_threshold: int = DEFAULT_SAMPLE_THRESHOLD,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
+    min_shards_per_task: int = 1,
 ) -> dg.AssetsDefinition:
     """One dataset asset written by ``plan -> write x N -> finalize`` steps.
 
@@ -100,6 +101,12 @@ def build_dataset_asset(
       ``dagster_aws.s3.S3PickleIOManager`` when steps run on other machines).
     - ``max_tasks``: at most this many write steps (default ``min(shards, 64)``); run
       config ``ops: {<name>: {ops: {<name>_plan: {config: {max_tasks: N}}}}}`` overrides.
+    - ``min_shards_per_task``: every write step gets at least this many shards (default
+      1), so a plan of few shards runs in fewer write steps: ``shards //
+      min_shards_per_task`` of them, at least one, at most ``max_tasks``. Each step is a
+      process to start on the multiprocess executor (README: executor settings); set it
+      to the shards one process writes in a few seconds. Run config ``min_shards_per_task`` overrides.
+      With ``static_tasks`` the steps left without shards still start and finish at once.
     - ``pool`` / ``op_tags`` / ``retry_policy``: set on the write steps only, so a
       deployment can throttle them (Dagster pools), size them (``dagster-k8s/config``)
       and retry them.
@@ -131,7 +138,12 @@ def build_dataset_asset(
     """
     if not callable(fn):
         raise TypeError(f"build_dataset_asset takes a function context -> mdr.Pipeline, got {fn!r}")
-    for label, value in (("max_tasks", max_tasks), ("static_tasks", static_tasks)):
+    checked = (
+        ("max_tasks", max_tasks),
+        ("static_tasks", static_tasks),
+        ("min_shards_per_task", min_shards_per_task),
+    )
+    for label, value in checked:
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
     if static_tasks is not None and max_tasks is not None and max_tasks > static_tasks:
@@ -165,6 +177,7 @@ def build_dataset_asset(
         static_tasks,
         policy if checks else None,
         partitions_def,
+        min_shards_per_task=min_shards_per_task,
     )
     resources = {io_manager_key}
 

@@ -107,6 +107,14 @@ class FanoutConfig(StrictFields, dg.Config):
             "max_tasks, else min(shards, 64)."
         ),
     )
+    min_shards_per_task: int | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Each write step gets at least this many shards, so a small plan runs in fewer "
+            "steps (fewer step processes to start). Default: the asset's min_shards_per_task."
+        ),
+    )
 
 
 def attempt_id_for(dagster_run_id: str, step_key: str, retry_number: int) -> str:
@@ -136,6 +144,7 @@ class FanoutSpec:
     static_tasks: int | None = None
     audit: AuditPolicy | None = None
     partitions_def: dg.PartitionsDefinition | None = None
+    min_shards_per_task: int = 1
 
     @property
     def where(self) -> str:
@@ -163,19 +172,28 @@ class FanoutSpec:
         )
 
 
-def group_shards(shards: list[T], max_tasks: int) -> list[list[T]]:
-    """At most ``max_tasks`` contiguous groups, as even as they can be.
+def group_shards(shards: list[T], max_tasks: int, min_shards_per_task: int = 1) -> list[list[T]]:
+    """At most ``max_tasks`` contiguous groups, as even as they can be, each of at least
+    ``min_shards_per_task`` shards when there are that many (so a small plan makes few
+    groups: ``len(shards) // min_shards_per_task``, and at least one).
 
     >>> [len(g) for g in group_shards(list(range(10)), max_tasks=4)]
     [3, 3, 2, 2]
+    >>> [len(g) for g in group_shards(list(range(10)), max_tasks=4, min_shards_per_task=4)]
+    [5, 5]
     """
     if max_tasks <= 0:
         raise ValueError(f"max_tasks must be a positive integer, got {max_tasks}")
+    if min_shards_per_task <= 0:
+        raise ValueError(
+            f"min_shards_per_task must be a positive integer, got {min_shards_per_task}"
+        )
     if not shards:
         return []
-    size, extra = divmod(len(shards), min(max_tasks, len(shards)))
+    count = max(1, min(max_tasks, len(shards) // min_shards_per_task))
+    size, extra = divmod(len(shards), count)
     groups, start = [], 0
-    for i in range(min(max_tasks, len(shards))):
+    for i in range(count):
         end = start + size + (1 if i < extra else 0)
         groups.append(shards[start:end])
         start = end
@@ -215,7 +233,8 @@ def plan_tasks(
             f"{spec.where} has {spec.static_tasks} write steps (static_tasks); run config "
             f"max_tasks={max_tasks} cannot exceed it"
         )
-    groups = group_shards(planned, max_tasks=max_tasks)
+    per_task = config.min_shards_per_task or spec.min_shards_per_task
+    groups = group_shards(planned, max_tasks=max_tasks, min_shards_per_task=per_task)
     plan = FanoutPlan(tuple(spec.asset_key.path), tuple(versions), run_id, len(groups), started)
     context.log.info(
         f"{spec.where}: {len(planned)} shard(s) of {len(versions)} version(s) in "
