@@ -10,6 +10,7 @@ the last name seen (``names_ordered=True``)::
     python bench/bench_sensor.py                      # 10,000 and 100,000 files
     python bench/bench_sensor.py --sizes 10000 --stores local
     python bench/bench_sensor.py --million            # adds 1,000,000 (local)
+    python bench/bench_sensor.py --sizes 0 --million --sensors ordered  # 1,000,000 only
 
 Existing S3 objects are put straight into the in-process moto store (100,000 PUTs over
 HTTP would take about 20 minutes on moto); every listing goes over HTTP. Target: the
@@ -132,9 +133,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000", help="existing files, comma-separated")
     parser.add_argument("--stores", default="local,s3", help="local, s3 or both")
     parser.add_argument("--million", action="store_true", help="also 1,000,000 files, locally")
+    parser.add_argument(
+        "--sensors",
+        default="full,ordered",
+        help="full (the whole listing every tick), ordered (names_ordered) or both",
+    )
     parser.add_argument("--json", help="write the records to this file")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if int(s) > 0]
     stores = args.stores.split(",")
     os.environ.update(dummy_aws_env())
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -146,7 +152,8 @@ def main() -> None:
     print("| store | existing | sensor | tick s | peak MiB | cursor bytes | LIST requests |")
     print("|---|---|---|---|---|---|---|")
     for store, existing in cases:
-        for ordered in (False, True):
+        modes = [m == "ordered" for m in ("full", "ordered") if m in args.sensors.split(",")]
+        for ordered in modes:
             run = bench_local if store == "local" else lambda *a: bench_s3(moto, *a)
             record = {"store": store, "existing": existing, "ordered": ordered}
             record.update(run(existing, ordered, existing))
