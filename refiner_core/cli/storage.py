@@ -170,7 +170,9 @@ def open_output(url: str, storage_options: dict[str, Any] | None = None) -> Stor
     if not folder.exists():
         raise NotAnOutput(f"{url} does not exist (check the path, or --storage-option for S3)")
     parent = DataFolder(posixpath.dirname(folder.url.rstrip("/")), storage_options)
-    if folder.exists(STATE_DIR):
+    # a dataset's asset folder has a _refiner/ of its own too (its publishers' owner
+    # records), and a Lance dataset a _versions/ folder: the pointer tells them apart
+    if folder.exists(STATE_DIR) and not folder.exists(POINTER):
         dataset = parent if parent.exists(VERSIONS) else None
         return _read_output(url, folder, dataset, _read_json(parent, POINTER) if dataset else None)
     pointer = _read_json(folder, POINTER)

@@ -42,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from fsspec.core import strip_protocol
 
 from ..datatype import asset_of
 from ..io.blob_batch import iter_blobs
@@ -223,7 +224,7 @@ def _sizes(folder: DataFolder, urls: list[str], listed: Iterable[str]) -> dict[s
         except FileNotFoundError:
             continue
         found.update({key: int(info["size"]) for key, info in entries.items()})
-    keys = {url: fs._strip_protocol(url) for url in urls}
+    keys = {url: strip_protocol(url) for url in urls}
     sizes: dict[str, int | None] = {url: found.get(key) for url, key in keys.items()}
     unseen = [url for url, size in sizes.items() if size is None]
     if unseen:
