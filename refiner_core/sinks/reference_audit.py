@@ -42,7 +42,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fsspec.core import strip_protocol
 
 from ..datatype import asset_of
 from ..io.blob_batch import iter_blobs
@@ -214,6 +213,8 @@ def _failure(shard: str, ref: dict[str, Any], problem: str | None = None) -> Ref
 def _sizes(folder: DataFolder, urls: list[str], listed: Iterable[str]) -> dict[str, int | None]:
     """The size of every URL in ``urls`` (``None``: absent): one listing per folder in
     ``listed``, then a stat, in threads, of each URL the listings did not show."""
+    from fsspec.core import strip_protocol  # loaded where outputs are written
+
     fs = folder.fs
     found: dict[str, int] = {}
     for relative in listed:
