@@ -97,6 +97,7 @@ def integrity_result(report: IntegrityReport) -> dg.AssetCheckResult:
         "failures": dg.MetadataValue.int(report.failure_count),
         "checksums_verified": dg.MetadataValue.int(report.checksums_verified),
         "checksum_failures": dg.MetadataValue.int(report.checksum_failures),
+        "inherited_references_checked": dg.MetadataValue.int(report.inherited_checked),
         "references_checked_at_write": dg.MetadataValue.int(report.checked_at_write),
         "attempts_audited_at_write": dg.MetadataValue.int(report.attempts_audited),
         "failures_recorded_at_write": dg.MetadataValue.int(report.failures_at_write),

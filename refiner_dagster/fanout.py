@@ -83,6 +83,7 @@ def build_dataset_asset(
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
     min_shards_per_task: int = 1,
+    mode: str = "overwrite",
 ) -> dg.AssetsDefinition:
     """One dataset asset written by ``plan -> write x N -> finalize`` steps.
 
@@ -121,6 +122,9 @@ def build_dataset_asset(
       range, the write steps share their shards, and the finalize step publishes each
       partition's version on its own (one failing its audit blocks only itself; the run
       then fails naming it). Each published partition gets its own materialization.
+    - ``mode``: ``"overwrite"`` (default) writes every version whole; ``"append"`` adds
+      the run's rows to the published version, sharing its files (the same as
+      ``refiner/mode: append`` in ``metadata``; see :mod:`refiner_dagster.append`).
     - ``checks`` (default on), ``max_missing_fraction``, ``sample_threshold``,
       ``sample_size``, ``seed``: the audit before publishing, as in
       :func:`~refiner_dagster.build_finalization_asset`; the two checks (three with
@@ -158,6 +162,8 @@ def build_dataset_asset(
     else:
         prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
     key = dg.AssetKey([*prefix, asset_name])
+    if mode != "overwrite":
+        metadata = {**dict(metadata or {}), "refiner/mode": mode}
     # a bad refiner/format (or other refiner/ setting) fails when the definitions load
     validate_asset_metadata(metadata, where=f"asset {key.to_user_string()}")
     policy = AuditPolicy(

@@ -4,7 +4,9 @@
 reference up to ``sample_threshold`` or a seeded uniform sample of ``sample_size``
 above it, sizes the blocks and files they point at, and checks each reference lies
 inside its block (or its file exists); checksums are verified for all or a sample of
-the in-bounds references that carry one. Table files are read, and paths sized,
+the in-bounds references that carry one. An appended version's own tables are read
+whole; what it shares with the versions before it is checked by a seeded sample
+(up to ``INHERITED_SAMPLE_TABLES`` tables, ``sample_size`` references). Table files are read, and paths sized,
 ``threads`` at a time. The failures the write attempts recorded in their manifests
 (summed in the version's summary) are counted in first.
 
@@ -28,6 +30,7 @@ from refiner_core.io import (
     validate_reference,
 )
 
+from .append import version_inheritance
 from .checksum_audit import (
     DEFAULT_CHECKSUM_FULL_BELOW,
     DEFAULT_CHECKSUM_SAMPLE_RATE,
@@ -38,6 +41,7 @@ from .tables import open_version, version_schema
 
 DEFAULT_SAMPLE_THRESHOLD = 100_000
 DEFAULT_SAMPLE_SIZE = 10_000
+INHERITED_SAMPLE_TABLES = 8
 SHOWN_FAILURES = 5
 
 
@@ -49,6 +53,7 @@ class _Reference:
     offset: int | None = None
     size: int | None = None
     checksum: str | None = None
+    table: str | None = None  # set for a table an append inherited
 
 
 @dataclass
@@ -62,6 +67,7 @@ class IntegrityReport:
     failure_count: int = 0
     checksums_verified: int = 0
     checksum_failures: int = 0
+    inherited_checked: int = 0
     checked_at_write: int = 0
     attempts_audited: int = 0
     failures_at_write: int = 0
@@ -84,18 +90,47 @@ def _version_rows(version: DatasetVersion, columns: list[str], threads: int) -> 
     """The rows of ``version``'s table (asset ``columns`` only); Parquet and JSONL files
     are read ``threads`` at a time, in the summary's order."""
     summary = version.summary()
-    if threads <= 1 or version.format not in ("parquet", "jsonl") or summary is None:
+    if version.format not in ("parquet", "jsonl") or summary is None:
         yield from open_version(version, columns=columns).iter_rows()
         return
     folder = version.output_folder()
+    # its own files only: what an append shares was audited when it was published
     urls = [folder.url_of(relative) for relative in summary.files]
+    yield from _table_rows(version, urls, columns, threads)
+
+
+def _table_rows(
+    version: DatasetVersion, urls: list[str], columns: list[str], threads: int
+) -> Iterator[Any]:
     options = version.storage_options or None
 
     def read(url: str) -> list[dict[str, Any]]:
         return read_table_rows(url, version.format, columns=columns, storage_options=options)
 
-    for rows in map_in_order(read, urls, max_workers=threads):
+    for rows in map_in_order(read, urls, max_workers=max(1, threads)):
         yield from rows
+
+
+def _inherited_sample(
+    version: DatasetVersion, columns: dict[str, str], size: int, seed: int, threads: int
+) -> list[_Reference]:
+    """A seeded sample of the references an appended version shares with the versions
+    before it: up to ``INHERITED_SAMPLE_TABLES`` of its inherited table files, and at
+    most ``size`` references from them."""
+    inheritance = version_inheritance(version)
+    if inheritance is None or not inheritance.tables or size <= 0:
+        return []
+    rng = random.Random(seed)
+    tables = list(inheritance.tables)
+    picked = sorted(rng.sample(tables, min(INHERITED_SAMPLE_TABLES, len(tables))))
+    refs: list[_Reference] = []
+    for table in picked:
+        rows = _table_rows(version, [version.folder.url_of(table)], list(columns), threads)
+        for ref in _iter_references(rows, columns):
+            ref.table = table
+            refs.append(ref)
+    _, chosen = _sample(iter(refs), size, size, seed)
+    return chosen
 
 
 def _iter_references(rows: Iterator[Any], columns: dict[str, str]) -> Iterator[_Reference]:
@@ -163,7 +198,10 @@ def scan_references(
         return report
     rows = _version_rows(version, list(columns), threads)
     total, chosen = _sample(_iter_references(rows, columns), sample_threshold, sample_size, seed)
-    report.total, report.checked = total, len(chosen)
+    inherited = _inherited_sample(version, columns, sample_size, seed, threads)
+    report.total, report.checked = total + len(inherited), len(chosen) + len(inherited)
+    report.inherited_checked = len(inherited)
+    chosen = chosen + inherited
     sizes = _sizes(chosen, version, threads)
     intact: list[_Reference] = []
     for ref in chosen:
@@ -233,6 +271,8 @@ def _sizes(refs: list[_Reference], version: DatasetVersion, threads: int) -> dic
 
 def _check(ref: _Reference, sizes: dict[str, int | None]) -> str | None:
     where = f"column {ref.column!r} row {ref.row}"
+    if ref.table is not None:
+        where = f"inherited table {ref.table} {where}"
     if not isinstance(ref.path, str) or not ref.path:
         return f"{where}: empty path"
     size = sizes.get(ref.path)

@@ -14,6 +14,7 @@ Keys an asset may set in ``metadata=`` (all optional):
 ``refiner/checksum``       ``"sha256"`` or ``"crc32c"``: checksums in references or a sibling column
 ``refiner/keep_versions``  published versions kept after a publish (default 3)
 ``refiner/keep_for``       seconds: also keep versions readers saw this recently
+``refiner/mode``           ``"overwrite"`` (default) or ``"append"``: add the new rows to the published version
 =========================  ===================================================
 
 ``refiner/format: lerobot`` writes a LeRobot v3.0 dataset; its options are the
@@ -67,7 +68,11 @@ SETTING_KEYS = (
     "checksum",
     "keep_versions",
     "keep_for",
+    "mode",
 )
+WRITE_MODES = ("overwrite", "append")
+# Formats an append shares files with: Parquet and JSONL table files stay where they are.
+APPEND_FORMATS = ("parquet", "jsonl")
 # Input metadata key telling the IO manager what to load: see ``io_manager``.
 LOAD_KEY = "refiner/load"
 LOAD_MODES = ("table", "version", "pending")
@@ -94,6 +99,7 @@ class AssetSettings:
     lerobot: LeRobotOptions | None = None
     keep_versions: int = DEFAULT_KEEP_VERSIONS
     keep_for: float | None = None
+    mode: str = "overwrite"
 
 
 def unwrap_metadata(value: Any) -> Any:
@@ -170,6 +176,8 @@ def _check_value(name: str, value: Any, where: str) -> Any:
                 f"(for example {METADATA_PREFIX}{name}: 604800 keeps a week), or None"
             )
         return value
+    if name == "mode":
+        return _one_of(value, WRITE_MODES, name, where, "mode")
     if name in _CONFIG_CHECKED:
         return _accepted_by(_CONFIG_CHECKED[name], value, name, where)
     raise AssertionError(name)
@@ -206,7 +214,20 @@ def validate_asset_metadata(metadata: Mapping[str, Any] | None, *, where: str) -
             raise ValueError(f"{where}: unknown metadata key {key!r}; known keys: {known}")
         found[name] = _check_value(name, unwrap_metadata(raw), where)
     lerobot_options(found, where=where)  # LeRobot keys only with format lerobot, fps given
+    if "format" in found:
+        check_append_format(found.get("mode", "overwrite"), found["format"], where)
     return found
+
+
+def check_append_format(mode: str, fmt: str, where: str) -> None:
+    """Refuse ``refiner/mode: append`` on a format whose versions cannot share files."""
+    if mode == "append" and fmt not in APPEND_FORMATS:
+        raise ValueError(
+            f"{where}: metadata {METADATA_PREFIX}mode='append' works for "
+            f"{' and '.join(APPEND_FORMATS)} datasets, not format {fmt!r}: a {fmt} version is "
+            "written whole. Drop refiner/mode (each materialization then writes the dataset "
+            "again), or write the dataset as parquet to append to it"
+        )
 
 
 def resolve_settings(
@@ -226,6 +247,8 @@ def resolve_settings(
         if name in values and not (name == "num_workers" and values[name] is None)
     }
     num_workers = checked.get("num_workers") or usable_cpus()
+    mode = checked.get("mode", "overwrite")
+    check_append_format(mode, checked["format"], where)
     return AssetSettings(
         format=checked["format"],
         subdir=str(checked["subdir"]),
@@ -238,5 +261,6 @@ def resolve_settings(
         checksum=checked.get("checksum"),
         keep_versions=checked.get("keep_versions", DEFAULT_KEEP_VERSIONS),
         keep_for=checked.get("keep_for"),
+        mode=mode,
         lerobot=lerobot_options({**found, "format": checked["format"]}, where=where),
     )

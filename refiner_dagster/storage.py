@@ -35,7 +35,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +53,13 @@ from refiner_core.manifests import DatasetSummary
 
 from .lerobot_format import DATASET_FORMATS, LEROBOT_FORMAT, DatasetFormat, lerobot_writer
 from .retention import Retention
+from .version_gc import delete_version_files, sweep_unrecorded
 
 WRITING, WRITTEN, PUBLISHED = "writing", "written", "published"
 # Keys only the pointer has: its move history and the last rollback.
 _POINTER_ONLY = ("history", "rolled_back", "version", "url")
+# Keys the pointer does not copy from the record: an append's (long) list of shared files.
+_RECORD_ONLY = ("inherits",)
 _FORMATS: dict[str, DatasetFormat] = {name: name for name in DATASET_FORMATS}
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -312,8 +315,13 @@ class DatasetStorage:
             return
         self._delete(version)
 
-    def _delete(self, version: DatasetVersion) -> None:
-        version.folder.rm(version.name, recursive=True)
+    def _delete(self, version: DatasetVersion, keep: set[str] | None = None) -> None:
+        """Delete ``version``'s files but those another version inherits (``keep``, by
+        default read from every other version's record), then its record."""
+        if keep is None:
+            others = self.versions(version.asset_path, version.partition_key)
+            keep = shared_files(v for v in others if v.name != version.name)
+        delete_version_files(version.folder, version.name, keep)
         version.folder.rm(f"{VERSIONS_DIR}/{version.name}.json")
 
     def pending(
@@ -393,7 +401,7 @@ class DatasetStorage:
         **details: Any,
     ) -> dict[str, Any]:
         """Write the pointer that moves readers to ``version`` (one atomic write)."""
-        fields = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY}
+        fields = {k: v for k, v in version.record.items() if k not in _POINTER_ONLY + _RECORD_ONLY}
         fields["url"] = version.url
         pointer = moved_pointer(previous, fields, version.name, at=at, action=action, **details)
         version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
@@ -453,11 +461,27 @@ class DatasetStorage:
                 continue  # its live run may be finalizing it
             doomed.append(v)
         doomed += [by_name[n] for n in expired if not _known_live(by_name[n], is_live)]
+        gone = {v.name for v in doomed}
+        remaining = [v for v in others if v.name not in gone]
+        remaining.append(
+            self.version(published.asset_path, published.partition_key, published.name)
+        )
+        keep = shared_files(remaining)
         removed = []
         for v in doomed:
-            self._delete(v)
+            self._delete(v, keep)
             removed.append(v.name)
+        sweep_unrecorded(published.folder, [v.name for v in remaining], keep)
         return removed
+
+
+def shared_files(versions: Iterable[DatasetVersion]) -> set[str]:
+    """Every file (relative to the dataset folder) one of ``versions`` inherits from the
+    versions before it (see :mod:`refiner_dagster.append`)."""
+    used: set[str] = set()
+    for v in versions:
+        used.update(v.record.get("inherits") or ())
+    return used
 
 
 def _maybe_live(version: DatasetVersion, is_live: Callable[[str], bool] | None) -> bool:

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 import refiner_core as mdr
 
+from .append import version_inheritance
 from .storage import DatasetVersion
 from .tables import version_schema
 
@@ -80,6 +81,13 @@ def table_metadata(version: DatasetVersion, summary: mdr.DatasetSummary) -> dict
         "dagster/uri": dg.MetadataValue.path(version.url),
         "refiner/dataset_folder": dg.MetadataValue.path(version.folder.url),
     }
+    inheritance = version_inheritance(version)
+    if inheritance is not None:  # an append: its rows are the parent's and the new ones
+        rows += inheritance.rows
+        metadata["refiner/appended_to"] = dg.MetadataValue.text(inheritance.parent)
+        metadata["refiner/rows_inherited"] = dg.MetadataValue.int(inheritance.rows)
+        metadata["refiner/rows_appended"] = dg.MetadataValue.int(summary.rows_written)
+        metadata["refiner/files_inherited"] = dg.MetadataValue.int(len(inheritance.files))
     if version.partition_key is None:
         metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
     else:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import refiner_core as mdr
 from refiner_core.vocabulary import FORMATS, AssetForm
 
+from .append import version_inheritance
 from .lerobot_format import LEROBOT_FORMAT, lerobot_schema, open_lerobot
 from .storage import DatasetVersion
 
@@ -67,11 +68,19 @@ def written_asset_columns(pipeline: mdr.Pipeline, mode: AssetForm) -> dict[str, 
     return columns
 
 
-def _first_data_file(version: DatasetVersion) -> str | None:
-    if "first_file" in version.record:
-        return version.record["first_file"]
-    summary = version.summary()
-    return summary.files[0] if summary is not None and summary.files else None
+def _first_data_file(version: DatasetVersion) -> mdr.DataFile | None:
+    """The version's first table file: its own, else (an append that wrote no rows) the
+    first one it inherits."""
+    first = version.record.get("first_file")
+    if first is None:
+        summary = version.summary()
+        first = summary.files[0] if summary is not None and summary.files else None
+    if first is not None:
+        return version.output_folder().file(first)
+    inheritance = version_inheritance(version)
+    if inheritance is not None and inheritance.tables:
+        return version.folder.file(inheritance.tables[0])
+    return None
 
 
 def version_schema(version: DatasetVersion) -> pa.Schema | None:
@@ -83,8 +92,7 @@ def version_schema(version: DatasetVersion) -> pa.Schema | None:
         first = _first_data_file(version)
         if first is None:
             return None
-        folder = version.output_folder()
-        with folder.file(first).open("rb") as f:
+        with first.open("rb") as f:
             return pq.read_schema(f)
     if fmt == "lance":
         pipeline = open_version(version)
@@ -98,7 +106,11 @@ def open_version(version: DatasetVersion, *, columns: list[str] | None = None) -
     """A lazy pipeline over a version's table (rows carry references, not media)."""
     fmt = version.format
     options = version.storage_options or None
-    empty = int(version.record.get("files_written", 1) or 0) == 0 and fmt != "lance"
+    empty = (
+        int(version.record.get("files_written", 1) or 0) == 0
+        and fmt != "lance"
+        and not version.record.get("inherits")
+    )
     if empty:
         return mdr.from_items([])
     if fmt == "parquet":

@@ -41,6 +41,7 @@ from refiner_core import integration, manifests
 from refiner_core.manifests import AttemptManifest, DatasetSummary, PersistedManifests
 from refiner_core.vocabulary import AssetForm
 
+from .append import APPEND, check_append_schema, start_append
 from .lerobot_format import LeRobotOptions
 from .publish import (
     AuditFailedError,
@@ -142,10 +143,13 @@ class DatasetWriter:
                 "asset_key": asset_key.to_user_string(),
                 "partition_key": partition,
                 "retention": Retention(settings.keep_versions, settings.keep_for).as_record(),
+                "mode": settings.mode,
                 **LeRobotOptions.record_of(settings.lerobot),
             },
             resume=True,
         )
+        if settings.mode == APPEND:
+            start_append(version)
         return version, settings, assets
 
     def reopen(self, asset_path: Sequence[str], partition: str | None, name: str) -> DatasetVersion:
@@ -248,6 +252,8 @@ class DatasetWriter:
         delete) and re-writes the same pointer.
         """
         summary = reduce_version(version, persisted)
+        if version.record.get("mode") == APPEND:
+            check_append_schema(version, summary)
         results = audit_version(version, summary, audit) if audit is not None else []
         failed = error_failures(results)
         if failed:

@@ -47,8 +47,8 @@ def _when(seconds: float | None) -> str:
 
 
 def render_history(folder: DataFolder, console: Console) -> None:
-    """Print one line per version: name, state, published at, run, parent, rows, and a
-    ``*`` on the published one; then the last rollback, when there was one."""
+    """Print one line per version: name, state, published at, run, parent (marked
+    ``(appended)`` when the version added rows to it), rows, and a ``*`` on the published one; then the last rollback, when there was one."""
     table = Table(title=f"versions of {folder.url}")
     table.add_column("", no_wrap=True)
     for name in ("version", "state", "published_at", "run", "parent"):
@@ -63,7 +63,7 @@ def render_history(folder: DataFolder, console: Console) -> None:
             state,
             _when(v.published_at),
             v.run or "-",
-            v.parent or "-",
+            f"{v.parent or '-'} (appended)" if v.appended_to else v.parent or "-",
             f"{v.rows:,}" if v.rows is not None else "-",
         )
         if v.current and v.record.get("rollbacks"):

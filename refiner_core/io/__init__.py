@@ -5,6 +5,7 @@ from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
+from .inheritance import Inheritance, inherited_tables, read_inheritance, write_inheritance
 from .parallel_reads import DEFAULT_READ_THREADS, file_sizes, map_in_order, read_table_rows
 from .read_sources import read_sources, set_read_sources
 from .version_history import (
@@ -20,6 +21,10 @@ __all__ = [
     "CURRENT_POINTER",
     "DEFAULT_READ_THREADS",
     "ChecksumMismatchError",
+    "Inheritance",
+    "inherited_tables",
+    "read_inheritance",
+    "write_inheritance",
     "RollbackRefused",
     "VersionInfo",
     "UnknownVersion",

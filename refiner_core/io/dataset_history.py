@@ -61,6 +61,11 @@ class VersionInfo:
     record: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def appended_to(self) -> str | None:
+        """The version this one added its rows to (``None``: written whole)."""
+        return self.record.get("append_parent")
+
+    @property
     def shown_state(self) -> str:
         """``published`` for the current version; a version readers left is ``superseded``."""
         if self.state == PUBLISHED and not self.current:
@@ -90,6 +95,8 @@ def dataset_versions(folder: DataFolder) -> list[VersionInfo]:
 
 def _info(name: str, record: dict[str, Any], current: bool, on_disk: bool) -> VersionInfo:
     rows = record.get("rows_written")
+    if isinstance(rows, int):  # an append's rows include the ones it shares
+        rows += int(record.get("inherited_rows") or 0)
     return VersionInfo(
         name=name,
         state=str(record.get("state", "writing")),
@@ -165,6 +172,7 @@ def rollback(
         )
     folder.write_bytes(f"{VERSIONS_DIR}/{to}.json", json.dumps(record, indent=1).encode())
     fields = {**record, "url": folder.url_of(to), "rolled_back": move}
+    fields.pop("inherits", None)  # an append's list of shared files stays in its record
     details = {"by": by, "reason": reason, "run": run, "from": current}
     moved = moved_pointer(pointer, fields, to, at=now, action="rollback", **details)
     folder.write_bytes(CURRENT_POINTER, json.dumps(moved, indent=1).encode())

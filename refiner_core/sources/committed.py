@@ -24,6 +24,7 @@ import posixpath
 from typing import Any
 
 from ..errors import RefinerError
+from ..io.inheritance import inherited_tables
 from ..manifests._attempts import SUMMARY_PATH
 
 REFINER_DIR = "_refiner"
@@ -44,7 +45,9 @@ def holds_output(fs: Any, refiner_dir: str) -> bool:
 def committed_files(
     fs: Any, folder: str, suffixes: tuple[str, ...], *, what: str, url: str
 ) -> list[str]:
-    """The data files (ending in ``suffixes``) that ``folder``'s summary lists.
+    """The data files (ending in ``suffixes``) that ``folder``'s summary lists, then the
+    ones it inherits from the versions before it (an appended version, see
+    :mod:`refiner_core.io.inheritance`).
 
     ``folder`` holds ``_refiner/``; without a summary this raises
     :class:`UncommittedOutput` naming the folder and both ways on.
@@ -72,4 +75,5 @@ def committed_files(
             f"{what}: {url}/{SUMMARY_PATH} has no list of files; finalize the output again "
             "or pass uncommitted=True to read every data file"
         )
-    return sorted(posixpath.join(folder, f) for f in listed if f.endswith(suffixes))
+    own = sorted(posixpath.join(folder, f) for f in listed if f.endswith(suffixes))
+    return own + inherited_tables(fs, folder, suffixes)

@@ -1,0 +1,62 @@
+"""Deleting dataset versions whose files later versions may share.
+
+A version written whole owns its folder, and deleting it is one recursive delete. An
+appended version (:mod:`refiner_dagster.append`) lists in its record (``inherits``) the
+files it shares with the versions before it, relative to the dataset folder. Deleting a
+version then removes only the files no remaining version lists; the rest of its folder
+stays (without a record) until the last version listing them is deleted too, when
+:func:`sweep_unrecorded` removes it.
+
+Example:
+    >>> import os, tempfile, refiner_core as mdr
+    >>> dataset = mdr.DataFolder(tempfile.mkdtemp())
+    >>> for name in ("v-1/part-0.parquet", "v-1/_refiner/summary.json", "v-1/assets/b.bin"):
+    ...     dataset.write_bytes(name, b"x")
+    >>> delete_version_files(dataset, "v-1", keep={"v-1/part-0.parquet"})
+    2
+    >>> sorted(os.listdir(dataset.path + "/v-1"))
+    ['part-0.parquet']
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+
+import refiner_core as mdr
+from refiner_core.io import VERSION_PREFIX
+
+
+def delete_version_files(dataset: mdr.DataFolder, name: str, keep: set[str]) -> int:
+    """Delete version ``name``'s folder in ``dataset`` but the files in ``keep`` (paths
+    relative to ``dataset``); returns how many files were deleted. With nothing kept
+    the folder goes in one recursive delete."""
+    prefix = name + "/"
+    if not any(k.startswith(prefix) for k in keep):
+        existed = dataset.exists(name)
+        dataset.rm(name, recursive=True)
+        return int(existed)
+    fs, root = dataset.fs, dataset.path.rstrip("/")
+    doomed = [
+        p for p in fs.find(posixpath.join(root, name)) if posixpath.relpath(p, root) not in keep
+    ]
+    if doomed:
+        fs.rm(doomed)
+    return len(doomed)
+
+
+def sweep_unrecorded(dataset: mdr.DataFolder, recorded: Iterable[str], keep: set[str]) -> int:
+    """Delete what is left of version folders that no longer have a record (deleted
+    versions whose files were still shared), but the files in ``keep``."""
+    known = set(recorded)
+    fs, root = dataset.fs, dataset.path.rstrip("/")
+    try:
+        entries = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for entry in entries:
+        name = posixpath.basename(entry["name"].rstrip("/"))
+        if entry["type"] == "directory" and name.startswith(VERSION_PREFIX) and name not in known:
+            removed += delete_version_files(dataset, name, keep)
+    return removed
