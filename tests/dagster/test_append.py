@@ -313,3 +313,96 @@ def test_append_on_s3_writes_nothing_under_the_parent(dagster_instance, media, s
     by_source = dict(files)
     for r in rows:
         assert mdr.read_blob(r.image, storage_options=options) == by_source[files[r.i][0]]
+
+
+def test_the_audit_samples_what_an_append_shares(dagster_instance, media):
+    files = media(24)
+    batches = [_rows(files, 0, 20), _rows(files, 20, 24)]
+    episodes = _append_asset(batches, shards=2)
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1)}
+    _materialize(dagster_instance, [episodes, finalized], resources)
+    root = partition_root(dagster_instance, "episodes")
+    parent = current_pointer(root)["version"]
+    blocks = sorted(p for p in _files_with_stat(root, parent) if p.endswith(".bin"))
+    with open(os.path.join(root, blocks[0]), "r+b") as f:
+        f.truncate(5)  # damaged after it was published: the append's audit must see it
+
+    result = dg.materialize(
+        [episodes, finalized], instance=dagster_instance, resources=resources, raise_on_error=False
+    )
+    assert not result.success
+    [check] = [
+        c for c in result.get_asset_check_evaluations() if c.check_name == "reference_integrity"
+    ]
+    assert not check.passed
+    assert check.metadata["inherited_references_checked"].value == 20
+    shown = check.metadata["first_failures"].value
+    assert f"inherited table {parent}/" in shown and blocks[0] in shown
+    assert current_pointer(root)["version"] == parent
+
+
+def test_rollback_to_an_append_keeps_what_it_shares(dagster_instance, media, capsys):
+    from refiner_core.cli import main as refiner_cli
+
+    files = media(30)
+    batches = [_rows(files, 0, 10), _rows(files, 10, 20), _rows(files, 20, 30)]
+    episodes = _append_asset(batches, shards=2)
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1, keep_versions=2)}
+    root = partition_root(dagster_instance, "episodes")
+    names = []
+    for _ in range(3):
+        _materialize(dagster_instance, [episodes, finalized], resources)
+        names.append(current_pointer(root)["version"])
+    # the first version's record is gone (beyond keep_versions=2), its shared files are not
+    assert not os.path.exists(os.path.join(root, "_versions", f"{names[0]}.json"))
+    assert os.path.isdir(os.path.join(root, names[0]))
+    with pytest.raises(SystemExit) as exit_:
+        refiner_cli(["rollback", root, "--to", names[1], "--reason", "test"])
+    assert exit_.value.code in (0, None)
+    rows = list(mdr.read_parquet(root).iter_rows())
+    assert sorted(r.i for r in rows) == list(range(20))
+    by_source = dict(files)
+    assert all(mdr.read_blob(r.image) == by_source[files[r.i][0]] for r in rows)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl"])
+def test_jsonl_datasets_append_too(dagster_instance, media, fmt):
+    files = media(12)
+    batches = [_rows(files, 0, 8), _rows(files, 8, 12)]
+
+    @dg.asset(
+        name="episodes",
+        io_manager_key="refiner",
+        metadata={"refiner/mode": "append", "refiner/format": fmt},
+    )
+    def episodes() -> mdr.Pipeline:
+        return mdr.from_items(
+            batches.pop(0), items_per_shard=4, dtypes={"image": mdr.datatype.image_path()}
+        )
+
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerFileIOManager(num_workers=1)}
+    for _ in range(2):
+        _materialize(dagster_instance, [episodes, finalized], resources)
+    root = partition_root(dagster_instance, "episodes")
+    seen = {}
+
+    @dg.asset(ins={"table": dg.AssetIn(key="episodes")})
+    def downstream(table) -> None:
+        seen["rows"] = sorted((r.i, _read(r.image)) for r in table.iter_rows())
+
+    dg.materialize(
+        [episodes, downstream],
+        instance=dagster_instance,
+        resources=resources,
+        selection=[downstream],
+    )
+    assert seen["rows"] == [(i, files[i][1]) for i in range(12)]
+    assert len(list(mdr.read_jsonl(root).iter_rows())) == 12
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
