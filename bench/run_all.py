@@ -129,6 +129,13 @@ JOBS = (
     Job("dagster", "bench_dagster.py", ("dagster",), quick=("--files", "200")),
     Job("fanout", "bench_fanout.py", ("dagster", "planning"), quick=("--rows", "200")),
     Job("planning", "bench_plan.py", ("planning",)),
+    Job(  # on moto S3 behind 20 ms, where a rewrite's uploads cost what they cost in production
+        "append",
+        "bench_append.py",
+        ("append",),
+        full=("--s3",),
+        quick=("--files", "1000"),
+    ),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
     Job(
         "lerobot_merge",
