@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 from ..datatype import asset_of
 from ..io.datafile import resolve
 from .dataset import dataset_url, lance_storage_options, open_dataset, schema_difference
-from .isolation import call_isolated
 
 
 def share_lance_dataset(
@@ -70,6 +69,8 @@ def share_lance_dataset(
             f"share_lance_dataset: {new} already holds files; the new dataset needs an empty "
             "folder (delete it or choose another URL)"
         )
+    from .isolation import call_isolated  # imports Lance, which the caller may never need
+
     options = lance_storage_options(storage_options)
     try:
         shared = call_isolated(_share, parent, new, options, schema)
