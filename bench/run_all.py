@@ -129,6 +129,7 @@ JOBS = (
     Job("dagster", "bench_dagster.py", ("dagster",), quick=("--files", "200")),
     Job("fanout", "bench_fanout.py", ("dagster", "planning"), quick=("--rows", "200")),
     Job("planning", "bench_plan.py", ("planning",)),
+    Job("lance_append", "bench_lance_append.py", ("lance_append",), quick=("--rows", "2000")),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
     Job(
         "lerobot_merge",
