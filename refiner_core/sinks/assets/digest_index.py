@@ -38,6 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...errors import RefinerError
 from ...io.datafile import DataFolder
 from ...manifests._attempts import MANIFEST_DIR
 
@@ -80,7 +81,7 @@ def write_digest_index(
     folder.write_bytes(digest_index_path(attempt), buffer.getvalue())
 
 
-class NoDigestIndex(ValueError):
+class NoDigestIndex(RefinerError, ValueError):
     """An earlier folder given to ``dedupe_against`` has no digest index to match against."""
 
 
