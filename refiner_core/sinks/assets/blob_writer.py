@@ -246,8 +246,12 @@ class BlobAssetWriter(AssetWriterBase):
         path = stored["path"]
         for block in self.blocks.values():
             path = block.readable_path(path)
-        fs, fs_path = resolve(path, self.folder.storage_options)
-        with fs.open(fs_path, "rb") as f:
+        if "://" in path:  # a block of an earlier output on another store
+            fs, fs_path = resolve(path, self.folder.storage_options)
+            opened = fs.open(fs_path, "rb")
+        else:
+            opened = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+        with opened as f:
             f.seek(stored["offset"])
             for chunk in source.chunks():
                 if f.read(len(chunk)) != chunk:

@@ -12,7 +12,7 @@ from refiner_core.errors import StageFailed
 from tests.s3_fixtures import *  # noqa: F403
 
 from .media import blocks, write_files
-from .test_dedupe import Store
+from .test_dedupe import Store, _crc32c_collision
 
 dt = mdr.datatype
 EARLIER = 1000
@@ -102,6 +102,19 @@ def test_only_the_kept_attempts_of_an_earlier_output_count(tmp_path: Path, sourc
     _, counters = write(store, "v2", paths[:100], shard=100, dedupe_against=(first,))
     assert counters["assets_deduplicated"] == 50
     assert counters["block_bytes"] == sum(map(len, contents[:50]))
+
+
+def test_bytes_whose_crc32c_collides_with_an_earlier_asset_are_stored(tmp_path: Path) -> None:
+    first = os.urandom(1000)
+    colliding = _crc32c_collision(first)
+    files = write_files(tmp_path / "src", {"a.bin": first, "b.bin": colliding})
+    store = Store(tmp_path)  # a local output keys on CRC32C and confirms every match
+    earlier, _ = write(store, "v1", [files["a.bin"]], shard=1)
+    second, counters = write(
+        store, "v2", [files["b.bin"], files["a.bin"]], shard=2, dedupe_against=(earlier,)
+    )
+    assert counters["block_bytes"] == 1000 and counters["assets_deduplicated"] == 1
+    assert [store.read(r["video"]) for r in store.rows(second)] == [colliding, first]
 
 
 def test_dedupe_against_needs_content_dedupe_and_a_tuple_of_folders() -> None:
