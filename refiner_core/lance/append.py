@@ -7,8 +7,8 @@ whatever is written to the new dataset afterwards (``write_lance(new_url,
 mode="append")``) lands in the new folder only. The parent is never written to.
 
 The function returns the parent's files the new dataset needs, relative to the
-parent's folder: the data, deletion and index files of its latest version, and the
-asset files (packed blocks, copied media) its rows reference inside the parent's
+parent's folder: the data files of its latest version with the blob files Lance keeps
+beside them, its deletion and index files, and the asset files (packed blocks, copied media) its rows reference inside the parent's
 folder. A caller that keeps versions of datasets records that list, so the parent's
 other files (older versions, files of rolled back runs) may be deleted while the new
 dataset stays readable.
@@ -81,9 +81,17 @@ def share_lance_dataset(
     parent_fs, parent_path = resolve(parent, storage_options)
     files = set(shared["files"])
     for folder in shared["index_folders"]:
-        for found in parent_fs.find(f"{parent_path}/{folder}"):
-            files.add(found[len(parent_path) :].lstrip("/"))
+        files.update(_below(parent_fs, parent_path, folder))
+    # Lance keeps a data file's large blobs beside it, in data/<data file name>/.
+    stems = {path.removesuffix(".lance") + "/" for path in files if path.startswith("data/")}
+    files.update(p for p in _below(parent_fs, parent_path, "data") if p.startswith(tuple(stems)))
     return sorted(files)
+
+
+def _below(fs: Any, root: str, folder: str) -> list[str]:
+    """Paths (relative to ``root``) of the files below ``root/folder``."""
+    prefix = root.rstrip("/") + "/"
+    return [found.removeprefix(prefix) for found in fs.find(f"{prefix}{folder}")]
 
 
 def _share(parent: str, new: str, options: dict[str, str] | None, schema: pa.Schema | None):

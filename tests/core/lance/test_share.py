@@ -12,6 +12,7 @@ import pytest
 import refiner_core as mdr
 from refiner_core.errors import StageFailed
 from refiner_core.integration import share_lance_dataset
+from refiner_core.lance.blobs import BLOB_KEY
 from refiner_core.lance.dataset import lance_storage_options
 from tests.s3_fixtures import *  # noqa: F403
 from tests.s3_server import MotoS3, S3Proxy
@@ -192,3 +193,19 @@ def test_a_folder_that_holds_files_is_not_shared_into(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=f"{child} already holds files"):
         share_lance_dataset(str(parent), str(child))
     assert [p.name for p in child.iterdir()] == ["note.txt"]
+
+
+def test_lance_blob_files_beside_the_data_files_are_shared(tmp_path: Path) -> None:
+    parent, child = tmp_path / "v1.lance", tmp_path / "v2.lance"
+    clips = [os.urandom(200_000 if i % 3 == 0 else 100) for i in range(12)]
+    field = pa.field("clip", pa.large_binary(), metadata={BLOB_KEY: b"true"})
+    mdr.from_items(
+        [{"id": i, "clip": c} for i, c in enumerate(clips)], dtypes={"clip": field}
+    ).write_lance(str(parent)).launch_local()
+
+    shared = share_lance_dataset(str(parent), str(child))
+    assert any(path.endswith(".blob") for path in shared)
+    for relative in set(snapshot(parent)) - set(shared):
+        os.remove(parent / relative)
+    rows = mdr.read_lance(str(child)).materialize()
+    assert sorted((r.id, r.clip) for r in rows) == list(enumerate(clips))
