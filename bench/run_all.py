@@ -136,6 +136,7 @@ JOBS = (
         full=("--s3",),
         quick=("--files", "1000"),
     ),
+    Job("lance_append", "bench_lance_append.py", ("lance_append",), quick=("--rows", "2000")),
     Job("import", "bench_import.py", ("import",), full=("--repeat-min", "7")),
     Job(
         "lerobot_merge",

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from ...datatype import with_asset_form
 from ...io.checksum import carried_checksum
+from ...io.datafile import resolve
 from .base import AssetWriterBase
 from .blob_column import ColumnPacker
 from .blocks import BlockWriter
@@ -22,6 +23,7 @@ from .dedupe import (
     Fetched,
     content_digest,
 )
+from .digest_index import EarlierDigests, write_digest_index
 from .fetch import (
     INLINE_LIMIT,
     MissingAsset,
@@ -50,12 +52,30 @@ class BlobAssetWriter(AssetWriterBase):
         self._lock = asyncio.Lock()
         self._held: list[pa.Table] = []
         self._held_from: tuple[str, int] = ("", 0)  # shard and first row of the held rows
-        self.dedupe = DedupeIndex(config.dedupe, self.counters)
+        earlier = (
+            EarlierDigests(config.dedupe_against, folder.storage_options)
+            if config.dedupe_against
+            else None
+        )
+        self.dedupe = DedupeIndex(config.dedupe, self.counters, earlier)
         self.sources_seen: set[Any] = set()  # dedupe="source": repeats only look up their key
         self.digests = DigestPlan(
-            content=content_digest(self.local_output) if config.dedupe == "content" else None,
+            content=self._content_digest(earlier) if config.dedupe == "content" else None,
             checksum=config.checksum,
         )
+
+    def _content_digest(self, earlier: EarlierDigests | None) -> str:
+        """The digest content dedupe keys on: the earlier outputs' own, if there are any."""
+        if earlier is None:
+            return content_digest(self.local_output)
+        if earlier.algorithm == FAST_DIGEST and not self.local_output:
+            raise ValueError(
+                f"dedupe_against: {earlier.folders[0].url} keys its assets on {FAST_DIGEST} "
+                f"(it was written to a local disk), which an output on {self.folder.url} cannot "
+                "confirm by reading its own blocks back; write this output to a local disk too, "
+                "or leave that folder out of dedupe_against"
+            )
+        return earlier.algorithm
 
     def _block(self, column: AssetColumn) -> BlockWriter:
         writer = self.blocks.get(column.name)
@@ -221,12 +241,17 @@ class BlobAssetWriter(AssetWriterBase):
         return functools.partial(self._stored_holds, source)
 
     def _stored_holds(self, source: Source, stored: dict) -> bool:
-        """Whether the stored range ``stored`` (in a local block, open or closed) has
-        exactly the bytes of ``source``."""
+        """Whether the stored range ``stored`` (in a local block, open or closed, or a
+        block of an earlier output) has exactly the bytes of ``source``."""
         path = stored["path"]
         for block in self.blocks.values():
             path = block.readable_path(path)
-        with open(path, "rb") as f:
+        if "://" in path:  # a block of an earlier output on another store
+            fs, fs_path = resolve(path, self.folder.storage_options)
+            opened = fs.open(fs_path, "rb")
+        else:
+            opened = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+        with opened as f:
             f.seek(stored["offset"])
             for chunk in source.chunks():
                 if f.read(len(chunk)) != chunk:
@@ -304,6 +329,10 @@ class BlobAssetWriter(AssetWriterBase):
         for block in self.blocks.values():
             block.close()
         self._shutdown()
+        if self.digests.content is not None:
+            write_digest_index(
+                self.folder, self.attempt, self.digests.content, self.dedupe.stored()
+            )
         return self.result()
 
     async def abort(self) -> None:

@@ -126,6 +126,18 @@ class BlobAssetConfig:
       size and CRC32C, confirmed byte by byte against the stored copy, on local outputs,
       and by size and SHA-256 on object stores (where a copy cannot be read back cheaply).
 
+    With ``dedupe="content"`` every attempt also records a digest index of what it
+    stored (``_refiner/digests/<shard>__<attempt>.parquet``: size, digest, block path,
+    offset). ``dedupe_against`` names earlier output folders (URLs or local paths, on
+    the output's storage) whose packed assets count as already stored: an asset with
+    the same bytes as one of theirs is not written again; its cell gets the earlier
+    ``{path, offset, size}``, a reference into the earlier folder (keep that folder
+    while this output is used). Only the kept attempts of an earlier folder count; a
+    folder with no digest index (written without ``dedupe="content"``) is refused with
+    an error naming it. The writer keys on the digest the earlier indexes use
+    (CRC32C, confirmed byte by byte, when they were written to a local disk; SHA-256
+    when written to an object store).
+
     ``checksum="sha256"|"crc32c"`` gives each reference a ``checksum`` field
     (``"<algorithm>:<hex>"``), computed while the bytes stream into the block, and
     carried over unchanged from source references that already have one of the same
@@ -139,6 +151,8 @@ class BlobAssetConfig:
         'blobs'
         >>> mdr.BlobAssetConfig(dedupe="content", checksum="crc32c").dedupe
         'content'
+        >>> mdr.BlobAssetConfig(dedupe="content", dedupe_against=["s3://b/v1"]).dedupe_against
+        ('s3://b/v1',)
     """
 
     form: ClassVar[AssetForm] = "blobs"
@@ -151,6 +165,7 @@ class BlobAssetConfig:
     allowed_sources: tuple[str, ...] | None = None
     dedupe: str | None = None
     checksum: str | None = None
+    dedupe_against: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _validate_common(self)
@@ -159,8 +174,27 @@ class BlobAssetConfig:
                 f"dedupe {self.dedupe!r} is not one of {', '.join(map(repr, DEDUPE_MODES))} "
                 "(or None to store every asset)"
             )
+        _validate_dedupe_against(self)
         check_positive("target_bytes", self.target_bytes)
         check_positive("max_in_flight", self.max_in_flight)
+
+
+def _validate_dedupe_against(config: BlobAssetConfig) -> None:
+    against = config.dedupe_against
+    if isinstance(against, str) or not isinstance(against, (tuple, list)):
+        raise ValueError(
+            "dedupe_against must be a tuple of earlier output folders (URLs or paths), got "
+            f"{against!r}; wrap a single folder as (folder,)"
+        )
+    bad = [url for url in against if not isinstance(url, str) or not url]
+    if bad:
+        raise ValueError(f"dedupe_against: {bad[0]!r} is not an output folder URL or path")
+    if against and config.dedupe != "content":
+        raise ValueError(
+            f"dedupe_against={tuple(against)!r} matches assets by their bytes; it needs "
+            f"dedupe='content' (got dedupe={config.dedupe!r})"
+        )
+    object.__setattr__(config, "dedupe_against", tuple(against))
 
 
 AssetConfig = FileAssetConfig | BlobAssetConfig

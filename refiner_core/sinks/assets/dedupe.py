@@ -9,7 +9,9 @@ match is confirmed byte by byte against the stored copy; elsewhere it is SHA-256
 whose matches need no confirmation.
 
 The index lives in one attempt's writer, so a reference only ever points into its
-own attempt's blocks: removing a rejected attempt cannot break a kept row.
+own attempt's blocks (removing a rejected attempt cannot break a kept row), or, with
+``dedupe_against``, into the blocks of earlier, finished outputs, found through their
+digest indexes (:mod:`.digest_index`).
 
 Example:
     >>> counters = {"assets_deduplicated": 0, "bytes_deduplicated": 0}
@@ -28,14 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...io.blob import validate_reference
 from ...io.checksum import Hasher, carried_checksum
 from ...io.datafile import is_local
 from .fetch import Filesystems, MissingAsset, Source, check_path
+
+if TYPE_CHECKING:
+    from .digest_index import EarlierDigests
 
 STRONG_DIGEST = "sha256"  # matches need no confirmation
 FAST_DIGEST = "crc32c"  # matches are confirmed against the stored bytes
@@ -44,9 +49,12 @@ FAST_DIGEST = "crc32c"  # matches are confirmed against the stored bytes
 class DedupeIndex:
     """Where each distinct asset of one attempt was stored, by its dedupe key."""
 
-    def __init__(self, mode: str | None, counters: dict[str, int]) -> None:
+    def __init__(
+        self, mode: str | None, counters: dict[str, int], earlier: EarlierDigests | None = None
+    ) -> None:
         self.mode = mode
         self.counters = counters
+        self.earlier = earlier  # dedupe_against: earlier outputs' stored assets
         self._stored: dict[Hashable, list[dict[str, Any]]] = {}
         self._sizes: set[int] = set()
 
@@ -63,12 +71,28 @@ class DedupeIndex:
         """A copy of the stored reference of ``key`` (counted as deduplicated), else ``None``.
 
         ``confirm(stored reference)`` says whether the stored bytes really equal the new
-        ones; it is asked for keys whose digest is not collision-resistant."""
-        for stored in self._stored.get(key, ()) if key is not None else ():
+        ones; it is asked for keys whose digest is not collision-resistant. Assets of
+        this attempt are looked up first, then those of the earlier outputs."""
+        if key is None:
+            return None
+        found = self._match(self._stored.get(key, ()), confirm)
+        if found is None and self.earlier is not None:
+            found = self._match(self.earlier.find(key), confirm)
+            if found is not None:  # later repeats find it here, and the index records it
+                self._stored.setdefault(key, []).append(dict(found))
+        if found is None:
+            return None
+        self.counters["assets_deduplicated"] += 1
+        self.counters["bytes_deduplicated"] += size
+        return dict(found)
+
+    @staticmethod
+    def _match(
+        candidates: Iterable[dict[str, Any]], confirm: Callable[[dict[str, Any]], bool] | None
+    ) -> dict[str, Any] | None:
+        for stored in candidates:
             if confirm is None or confirm(stored):
-                self.counters["assets_deduplicated"] += 1
-                self.counters["bytes_deduplicated"] += size
-                return dict(stored)
+                return stored
         return None
 
     def remember(self, key: Hashable | None, reference: dict[str, Any], size: int) -> None:
@@ -80,7 +104,13 @@ class DedupeIndex:
 
     def has_size(self, size: int) -> bool:
         """Whether an asset of ``size`` bytes was stored (else a new one cannot be a repeat)."""
-        return size in self._sizes
+        return size in self._sizes or (self.earlier is not None and self.earlier.has_size(size))
+
+    def stored(self) -> Iterator[tuple[Hashable, dict[str, Any]]]:
+        """``(key, reference)`` of every distinct asset this attempt stored or reused."""
+        for key, references in self._stored.items():
+            for reference in references:
+                yield key, reference
 
 
 def content_key(data: bytes | memoryview) -> tuple[str, int, bytes]:
