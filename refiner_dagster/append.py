@@ -7,6 +7,10 @@ parent: the parent's table files, blocks and copied media, and everything the pa
 itself inherited, are listed in the new version's ``_refiner/inherits.json`` and in its
 record (``inherits``), and stay where they are. Nothing old is copied, re-linked or
 rewritten. Readers of the new version read its own tables and then the inherited ones.
+A Lance version is Lance's shallow clone of its parent (the parent's data files are
+referenced, not copied) with the new fragments appended. With ``refiner/dedupe: content``
+media equal to media the parent already stores is not stored again: the new cell
+references the parent's block.
 
 Garbage collection (:meth:`~refiner_dagster.storage.DatasetStorage.cleanup`) deletes a
 file only when no remaining version lists it (its record's ``inherits``); a version folder
@@ -33,11 +37,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import refiner_core as mdr
+from refiner_core import integration
 from refiner_core.io import Inheritance, read_inheritance, write_inheritance
 
 from .storage import DatasetVersion
 
 APPEND = "append"
+# Where a writer with content dedupe keeps the digests of what it stored.
+DIGEST_INDEX_DIR = "_refiner/digests"
 _PRIVATE_DIR = "_refiner"
 
 
@@ -61,15 +68,47 @@ def start_append(version: DatasetVersion) -> Inheritance | None:
     if not base:
         return None
     parent = version.storage.version(version.asset_path, version.partition_key, base)
-    inheritance = inheritance_after(parent)
+    if version.format == "lance":
+        inheritance = _share_lance(version, parent)
+    else:
+        inheritance = inheritance_after(parent)
     write_inheritance(fs, folder, inheritance)
     version.storage.record(
         version,
         inherits=list(inheritance.files),
         inherited_rows=inheritance.rows,
         append_parent=parent.name,
+        **_dedupe_against(version, parent),
     )
     return inheritance
+
+
+def _share_lance(version: DatasetVersion, parent: DatasetVersion) -> Inheritance:
+    """A Lance version appended to ``parent``: Lance's shallow clone of it (its data files
+    referenced, not copied), to which the write stage appends the new fragments."""
+    summary = parent.summary()
+    if summary is None:
+        raise FileNotFoundError(
+            f"{parent.describe()} has no finalization summary, so there is nothing to append "
+            "to; materialize the asset once without refiner/mode: append"
+        )
+    version.folder.rm(version.name, recursive=True)  # a try that died before it recorded
+    shared = integration.share_lance_dataset(
+        parent.url, version.url, version.storage_options or None
+    )
+    fs, folder = parent.folder.fs, posixpath.join(parent.folder.path, parent.name)
+    before = read_inheritance(fs, folder) or Inheritance(parent.name, (), (), 0)
+    return before.extended(parent.name, [], sorted(shared), summary.rows_written)
+
+
+def _dedupe_against(version: DatasetVersion, parent: DatasetVersion) -> dict[str, list[str]]:
+    """With ``refiner/dedupe: content``, the parent's packed assets count as stored (when
+    the parent kept a digest index: it was written with content dedupe too)."""
+    if (version.record.get("assets") or {}).get("dedupe") != "content":
+        return {}
+    if not parent.output_folder().exists(DIGEST_INDEX_DIR):
+        return {}
+    return {"dedupe_against": [parent.url]}
 
 
 def inheritance_after(parent: DatasetVersion) -> Inheritance:

@@ -71,8 +71,8 @@ SETTING_KEYS = (
     "mode",
 )
 WRITE_MODES = ("overwrite", "append")
-# Formats an append shares files with: Parquet and JSONL table files stay where they are.
-APPEND_FORMATS = ("parquet", "jsonl")
+# Formats whose versions share files with the version they append to.
+APPEND_FORMATS = ("parquet", "jsonl", "lance")
 # Input metadata key telling the IO manager what to load: see ``io_manager``.
 LOAD_KEY = "refiner/load"
 LOAD_MODES = ("table", "version", "pending")
@@ -224,7 +224,7 @@ def check_append_format(mode: str, fmt: str, where: str) -> None:
     if mode == "append" and fmt not in APPEND_FORMATS:
         raise ValueError(
             f"{where}: metadata {METADATA_PREFIX}mode='append' works for "
-            f"{' and '.join(APPEND_FORMATS)} datasets, not format {fmt!r}: a {fmt} version is "
+            f"{', '.join(APPEND_FORMATS)} datasets, not format {fmt!r}: a {fmt} version is "
             "written whole. Drop refiner/mode (each materialization then writes the dataset "
             "again), or write the dataset as parquet to append to it"
         )

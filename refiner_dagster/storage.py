@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -149,7 +150,12 @@ class DatasetVersion:
         fmt = self.format
         if fmt == LEROBOT_FORMAT:
             return lerobot_writer(self, pipeline, assets)
-        options = {"mode": "create"} if fmt == "lance" else {}
+        options = {}
+        if fmt == "lance":  # an append adds its fragments to the clone of its parent
+            options["mode"] = "append" if self.record.get("append_parent") else "create"
+        against = tuple(self.record.get("dedupe_against") or ())
+        if against and isinstance(assets, mdr.BlobAssetConfig):
+            assets = dataclasses.replace(assets, dedupe_against=against)
         return pipeline.write(
             fmt,
             self.url,

@@ -206,16 +206,82 @@ def test_an_append_with_other_columns_is_refused_and_not_published(dagster_insta
 
 
 def test_append_is_refused_for_formats_that_cannot_share_files():
-    @dg.asset(
-        io_manager_key="refiner", metadata={"refiner/mode": "append", "refiner/format": "lance"}
-    )
+    metadata = {
+        "refiner/mode": "append",
+        "refiner/format": "lerobot",
+        "refiner/lerobot_fps": 10,
+    }
+
+    @dg.asset(io_manager_key="refiner", metadata=metadata)
     def table() -> mdr.Pipeline:
         return mdr.from_items([{"x": 1}])
 
-    with pytest.raises(ValueError, match="refiner/mode='append' works for parquet and jsonl"):
+    with pytest.raises(ValueError, match="refiner/mode='append' works for parquet, jsonl, lance"):
         rd.build_finalization_asset(table)
     with pytest.raises(ValueError, match="refiner/mode='sometimes' is not one of"):
         rd.build_dataset_asset(lambda context: mdr.from_items([]), name="t", mode="sometimes")
+
+
+def test_a_lance_dataset_appends_through_a_shallow_clone(dagster_instance, media):
+    files = media(60)
+    batches = [_rows(files, 0, 50), _rows(files, 50, 60)]
+
+    @dg.asset(
+        name="episodes",
+        io_manager_key="refiner",
+        metadata={"refiner/mode": "append", "refiner/format": "lance"},
+    )
+    def episodes() -> mdr.Pipeline:
+        return mdr.from_items(
+            batches.pop(0), items_per_shard=25, dtypes={"image": mdr.datatype.image_path()}
+        )
+
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1, keep_versions=1)}
+    _materialize(dagster_instance, [episodes, finalized], resources)
+    root = partition_root(dagster_instance, "episodes")
+    parent = current_pointer(root)["version"]
+    before = _files_with_stat(root, parent)
+    result = _materialize(dagster_instance, [episodes, finalized], resources)
+    child = current_pointer(root)["version"]
+    with open(os.path.join(root, "_versions", f"{child}.json")) as f:
+        listed = set(json.load(f)["inherits"])
+    # keep_versions=1: the parent's record is gone, and of its files exactly what the
+    # clone references stays, untouched
+    assert not os.path.exists(os.path.join(root, "_versions", f"{parent}.json"))
+    assert listed and all(p.startswith(f"{parent}/") for p in listed)
+    for path, stat in before.items():
+        if path in listed:
+            assert os.stat(os.path.join(root, path)).st_ino == stat[0]
+        else:
+            assert not os.path.exists(os.path.join(root, path)), path
+    rows = list(mdr.read_lance(root).iter_rows())
+    assert sorted(r.i for r in rows) == list(range(60))
+    by_source = dict(files)
+    assert all(mdr.read_blob(r.image) == by_source[files[r.i][0]] for r in rows)
+    assert output_metadata(result, "episodes_finalized")["dagster/row_count"] == 60
+
+
+def test_content_dedupe_reaches_into_the_parent(dagster_instance, media):
+    files = media(40)
+    again = [{"i": 40 + k, "image": files[k][0]} for k in range(10)]  # the same bytes again
+    batches = [_rows(files, 0, 30), again + _rows(files, 30, 40)]
+    episodes = _append_asset(batches, shards=2)
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1, dedupe="content")}
+    _materialize(dagster_instance, [episodes, finalized], resources)
+    root = partition_root(dagster_instance, "episodes")
+    parent = current_pointer(root)["version"]
+    _materialize(dagster_instance, [episodes, finalized], resources)
+    child = current_pointer(root)["version"]
+    own_blocks = [p for p in _files_with_stat(root, child) if p.endswith(".bin")]
+    stored = sum(os.path.getsize(os.path.join(root, p)) for p in own_blocks)
+    assert stored == sum(len(data) for _, data in files[30:40])  # the repeats are not stored
+    rows = {r.i: r for r in mdr.read_parquet(root).iter_rows()}
+    assert len(rows) == 50
+    for k in range(10):
+        assert f"/{parent}/" in rows[40 + k].image["path"]
+        assert mdr.read_blob(rows[40 + k].image) == files[k][1]
 
 
 def test_the_fanout_asset_appends(dagster_instance, media):
