@@ -205,6 +205,10 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         )
     )
     target_bytes: int = Field(default=1 << 30, description="Block size target (blobs).")
+    mode: Literal["overwrite", "append"] = Field(
+        default="overwrite",
+        description="'append': each run adds its rows to the published version, sharing its files.",
+    )
     missing_policy: Literal["error", "set_null", "drop_row"] = Field(
         default="error", description="What a missing source asset does."
     )
@@ -298,6 +302,8 @@ class RefinerDatasetComponent(StrictFields, dg.Component, dg.Model, dg.Resolvabl
         }
         if self.packing == "blobs":
             metadata["refiner/target_bytes"] = self.target_bytes
+        if self.mode != "overwrite":
+            metadata["refiner/mode"] = self.mode
         metadata.update(component_metadata(self.format, self.lerobot, where=f"dataset {self.key}"))
         if self.fanout is None:
             assets = self._io_manager_assets(function, partitions_def, metadata)

@@ -20,11 +20,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import posixpath
 from collections.abc import Iterable
 
 import refiner_core as mdr
-from refiner_core.io import VERSION_PREFIX
+from refiner_core.io import VERSION_PREFIX, is_local
 
 
 def delete_version_files(dataset: mdr.DataFolder, name: str, keep: set[str]) -> int:
@@ -42,7 +44,15 @@ def delete_version_files(dataset: mdr.DataFolder, name: str, keep: set[str]) -> 
     ]
     if doomed:
         fs.rm(doomed)
+    if is_local(fs):  # object stores have no folders to leave behind
+        _remove_empty_folders(posixpath.join(root, name))
     return len(doomed)
+
+
+def _remove_empty_folders(top: str) -> None:
+    for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):  # not empty: it holds a kept file
+            os.rmdir(folder)
 
 
 def sweep_unrecorded(dataset: mdr.DataFolder, recorded: Iterable[str], keep: set[str]) -> int:

@@ -129,6 +129,9 @@ def version_folder(
         for e in entries
         if e["type"] == "directory" and _name(e).startswith(VERSION_PREFIX)
     )
+    if VERSIONS_DIR in names:
+        # a folder whose record retention deleted holds only files later versions share
+        on_disk = [n for n in on_disk if n in _recorded(fs, folder)]
     pointer = read_pointer(fs, folder) if CURRENT_POINTER in names else None
     if pointer is None and not (VERSIONS_DIR in names and on_disk):
         if version is not None:
@@ -200,6 +203,19 @@ def _as_of_folder(
             "more versions (keep_versions / keep_for on the IO manager)"
         )
     return posixpath.join(folder, wanted)
+
+
+def _recorded(fs: Any, folder: str) -> set[str]:
+    """Names of the versions with a record in ``folder``'s ``_versions/``."""
+    try:
+        listed = fs.ls(posixpath.join(folder, VERSIONS_DIR), detail=False)
+    except FileNotFoundError:
+        return set()
+    return {
+        base[: -len(".json")]
+        for base in (posixpath.basename(p.rstrip("/")) for p in listed)
+        if base.endswith(".json")
+    }
 
 
 def _name(entry: dict[str, Any]) -> str:

@@ -472,3 +472,37 @@ def test_jsonl_datasets_append_too(dagster_instance, media, fmt):
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+@pytest.mark.parametrize("fanout", [None, {"max_tasks": 2}], ids=["io_manager", "fanout"])
+def test_the_component_mode_field_sets_append(dagster_instance, tmp_path, fanout):
+    declared = {
+        "key": "frames",
+        "pipeline": "refiner_dagster.component:example_pipeline",
+        "storage": {"base_url": str(tmp_path)},
+        "mode": "append",
+        **({"fanout": fanout} if fanout else {}),
+    }
+    defs = rd.RefinerDatasetComponent.model_validate(declared).dataset_defs()
+    asset = defs.resolve_assets_def("frames")
+    assert asset.metadata_by_key[asset.key]["refiner/mode"] == "append"
+    with pytest.raises(ValueError, match="mode"):
+        rd.RefinerDatasetComponent.model_validate({**declared, "mode": "merge"})
+
+
+def test_a_deleted_version_whose_files_are_shared_is_not_readable_by_name(dagster_instance, media):
+    from refiner_core.io import UnknownVersion
+
+    files = media(20)
+    batches = [_rows(files, 0, 10), _rows(files, 10, 15), _rows(files, 15, 20)]
+    episodes = _append_asset(batches, shards=2)
+    finalized = rd.build_finalization_asset(episodes)
+    resources = {"refiner": rd.RefinerBlobIOManager(num_workers=1, keep_versions=1)}
+    root = partition_root(dagster_instance, "episodes")
+    names = []
+    for _ in range(3):
+        _materialize(dagster_instance, [episodes, finalized], resources)
+        names.append(current_pointer(root)["version"])
+    assert os.path.isdir(os.path.join(root, names[0]))  # its shared files are still there
+    with pytest.raises(UnknownVersion, match=f"no version '{names[0]}' on disk"):
+        mdr.read_parquet(root, version=names[0]).plan()
