@@ -66,7 +66,14 @@ def _overview(output: StoredOutput) -> Table:
     rows = summary.get(
         "rows_written", sum(a.counters.get("rows_written", 0) for a in output.attempts)
     )
-    table.add_row("rows", f"{rows:,}")
+    if output.inheritance is not None:
+        shared = output.inheritance
+        table.add_row(
+            "rows", f"{rows + shared.rows:,} ({shared.rows:,} shared with {shared.parent})"
+        )
+        table.add_row("appended to", shared.parent)
+    else:
+        table.add_row("rows", f"{rows:,}")
     kept_ids = {(f.split("__")[0]) for f in output.files}
     table.add_row("shards", str(summary.get("shards", len(kept_ids))))
     table.add_row(

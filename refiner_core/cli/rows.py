@@ -89,12 +89,12 @@ def _schema_columns(schema: pa.Schema) -> list[AssetColumn]:
 
 
 def _open(output: StoredOutput, relative: str):
-    return output.folder.fs.open(output.folder.join(relative), "rb")
+    return output.folder.fs.open(output.table_path(relative), "rb")
 
 
 def asset_columns(output: StoredOutput) -> list[AssetColumn]:
     """The output's asset columns (Parquet schema marks, else the Dagster version record)."""
-    files = output.files
+    files = output.tables
     if output.format == "parquet" and files:
         import pyarrow.parquet as pq
 
@@ -154,10 +154,11 @@ def iter_rows(output: StoredOutput, *, threads: int = 1) -> Iterator[TableRow]:
     read = _jsonl_rows if output.format == "jsonl" else _parquet_rows
     files: Iterable[tuple[str, Iterable[dict[str, Any]]]]
     if threads > 1:  # whole files, read ahead concurrently
-        loaded = map_in_order(lambda r: list(read(output, r)), output.files, max_workers=threads)
-        files = zip(output.files, loaded, strict=True)
+        tables = output.tables
+        loaded = map_in_order(lambda r: list(read(output, r)), tables, max_workers=threads)
+        files = zip(tables, loaded, strict=True)
     else:
-        files = ((relative, read(output, relative)) for relative in output.files)
+        files = ((relative, read(output, relative)) for relative in output.tables)
     for relative, rows in files:
         for file_row, values in enumerate(rows):
             yield TableRow(row, relative, file_row, values)

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import Any
 from ..errors import RefinerError
 from ..io import CURRENT_POINTER as POINTER
 from ..io import VERSIONS_DIR as VERSIONS
-from ..io import DataFolder
+from ..io import DataFolder, Inheritance, read_inheritance
 
 STATE_DIR = "_refiner"
 SUMMARY = f"{STATE_DIR}/summary.json"
@@ -98,6 +99,31 @@ class StoredOutput:
         if self.summary is not None:
             return list(self.summary.get("files") or [])
         return sorted({f for a in self.attempts for f in a.files})
+
+    @functools.cached_property
+    def inheritance(self) -> Inheritance | None:
+        """What an appended dataset version shares with the versions before it."""
+        return read_inheritance(self.folder.fs, self.folder.path)
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table file the output reads: its own (relative to the folder), then, for
+        an appended version, those it shares (``../v-<id>/...``)."""
+        shared = self.inheritance.tables if self.inheritance is not None else ()
+        return self.files + [f"../{t}" for t in shared]
+
+    def table_path(self, name: str) -> str:
+        """The filesystem path of a name :attr:`tables` lists."""
+        if name.startswith("../"):
+            dataset = DataFolder(
+                posixpath.dirname(self.folder.url.rstrip("/")), self.storage_options or None
+            )
+            return dataset.join(name[3:])
+        return self.folder.join(name)
+
+    @property
+    def rows_inherited(self) -> int:
+        return self.inheritance.rows if self.inheritance is not None else 0
 
     @property
     def asset_dirs(self) -> list[str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..io.checksum import CHECKSUM_ALGORITHMS, checksum_of
-from ..io.datafile import resolve
+from ..io.datafile import full_url, resolve
 from ..io.parallel_reads import DEFAULT_READ_THREADS, file_sizes
 from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
@@ -143,7 +143,8 @@ def verify_output(
     at a time)."""
     report = VerifyReport(limit=limit)
     sizes = _Sizes(output.storage_options, threads)
-    tables = [output.folder.url_of(relative) for relative in output.files]
+    fs = output.folder.fs
+    tables = [full_url(fs, output.table_path(name)) for name in output.tables]
     sizes.prefetch(tables)
     for url in tables:
         if sizes.size(url) is None:
@@ -163,6 +164,8 @@ def verify_output(
     _check_window(window, sizes, report, pending)
     _check_digests(pending, output.storage_options, report)
     expected = (output.summary or {}).get("rows_written")
+    if expected is not None:  # an appended version also reads the rows it shares
+        expected += output.rows_inherited
     if expected is not None and output.format != "lance" and report.rows != expected:
         report.fail(f"the table has {report.rows} rows; the summary says {expected}")
     return report

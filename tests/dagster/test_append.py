@@ -182,6 +182,14 @@ def test_history_marks_appends_and_counts_their_rows(dagster_instance, media, ca
         refiner_cli(["history", root])
     assert exit_.value.code in (0, None)
     assert f"{infos[0].name} (appended)" in capsys.readouterr().out
+    # verify and inspect read the shared tables too
+    for command in (["verify", root], ["inspect", root]):
+        with pytest.raises(SystemExit) as exit_:
+            refiner_cli(command)
+        assert exit_.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert "OK: 12 rows, 12 blob references" in out
+    assert f"12 (8 shared with {infos[0].name})" in out
 
 
 def test_an_append_with_other_columns_is_refused_and_not_published(dagster_instance, media):
