@@ -13,7 +13,8 @@ import dagster as dg
 
 import refiner_core as mdr
 import refiner_dagster as rd
-from refiner_dagster.reference_scan import sampled_files, scan_references
+from refiner_dagster import reference_scan
+from refiner_dagster.reference_scan import scan_references
 from tests.s3_fixtures import *  # noqa: F403
 
 from .test_io_manager import partition_root
@@ -93,8 +94,8 @@ def test_the_seeded_sample_catches_a_lying_manifest_it_reaches(dagster_instance,
     assert summary is not None and summary.unaudited_files == ()
     files = [f for f in summary.files if f.endswith(".parquet")]
     assert len(files) == 8
-    hits = [s for s in range(50) if sampled_files(files, 1, s) == [lying]]
-    misses = [s for s in range(50) if sampled_files(files, 1, s) != [lying]]
+    hits = [s for s in range(50) if reference_scan.sampled_files(files, 1, s) == [lying]]
+    misses = [s for s in range(50) if reference_scan.sampled_files(files, 1, s) != [lying]]
     assert hits and misses
     caught = scan_references(pending, sample_files=1, seed=hits[0])
     assert (caught.total, caught.checked, caught.failure_count) == (16, 2, 2)
@@ -102,7 +103,7 @@ def test_the_seeded_sample_catches_a_lying_manifest_it_reaches(dagster_instance,
     missed = scan_references(pending, sample_files=1, seed=misses[0])
     assert (missed.total, missed.checked, missed.failure_count) == (16, 2, 0)
     # the same seed chooses the same attempts every time
-    assert sampled_files(files, 3, 7) == sampled_files(files, 3, 7)
+    assert reference_scan.sampled_files(files, 3, 7) == reference_scan.sampled_files(files, 3, 7)
 
 
 def test_the_sampled_audit_on_s3_reads_only_the_sampled_table_files(
@@ -135,7 +136,7 @@ def test_the_sampled_audit_on_s3_reads_only_the_sampled_table_files(
         if r.path.endswith(".parquet")
     }
     # the two sampled attempts' files, and the first file for the table's schema
-    assert tables == {*sampled_files(files, 2, 1), files[0]}
+    assert tables == {*reference_scan.sampled_files(files, 2, 1), files[0]}
     assert (report.total, report.checked, report.failure_count) == (16, 4, 0)
     # the two sampled attempts' references lie in at most two blocks, sized once each
     assert report.blocks <= 2
