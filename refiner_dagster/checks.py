@@ -13,8 +13,11 @@ asset (they run after it published the version):
   them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
   Each write attempt already checked the references it wrote and recorded the result in
   its manifest; the check adds the failures they recorded (summed in the version's
-  summary), so a broken reference fails it even when the sample misses it, and the
-  sample it re-checks itself catches a manifest that claims more than is true.
+  summary), so a broken reference fails it even when the sample misses it. When every
+  attempt recorded a passing audit, the check re-reads only the files of a seeded sample
+  of attempts (``sample_files``, 64 by default) and re-checks their references, which
+  catches a manifest that claims more than is true when the sample reaches it; the files
+  of attempts that recorded no audit are read in full.
 """
 
 import warnings
