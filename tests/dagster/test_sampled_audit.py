@@ -142,3 +142,13 @@ def test_the_sampled_audit_on_s3_reads_only_the_sampled_table_files(
     assert report.blocks <= 2
     block_heads = [r for r in s3_proxy.records("HeadObject") if r.path.endswith(".bin")]
     assert len(block_heads) == report.blocks
+
+
+def test_a_sample_of_no_attempts_is_refused_naming_the_option(media):
+    import pytest
+
+    episodes = _episodes(media(2))
+    finalized = rd.build_finalization_asset(episodes, checks=False)
+    with pytest.raises(ValueError, match="sample_files must be a positive integer, got 0"):
+        rd.build_dataset_checks(finalized, sample_files=0)
+    assert len(rd.build_dataset_checks(finalized, sample_files=3)) == 2
