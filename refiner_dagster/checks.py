@@ -13,8 +13,11 @@ asset (they run after it published the version):
   them up to ``checksum_full_below``, a seeded ``checksum_sample_rate`` above that.
   Each write attempt already checked the references it wrote and recorded the result in
   its manifest; the check adds the failures they recorded (summed in the version's
-  summary), so a broken reference fails it even when the sample misses it, and the
-  sample it re-checks itself catches a manifest that claims more than is true.
+  summary), so a broken reference fails it even when the sample misses it. When every
+  attempt recorded a passing audit, the check re-reads only the files of a seeded sample
+  of attempts (``sample_files``, 64 by default) and re-checks their references, which
+  catches a manifest that claims more than is true when the sample reaches it; the files
+  of attempts that recorded no audit are read in full.
 """
 
 import warnings
@@ -27,6 +30,7 @@ import refiner_core as mdr
 
 from .checksum_audit import DEFAULT_CHECKSUM_FULL_BELOW, DEFAULT_CHECKSUM_SAMPLE_RATE
 from .reference_scan import (
+    DEFAULT_SAMPLE_FILES,
     DEFAULT_SAMPLE_SIZE,
     DEFAULT_SAMPLE_THRESHOLD,
     IntegrityReport,
@@ -130,6 +134,7 @@ def build_dataset_checks(
     max_missing_fraction: float | None = None,
     checksum_sample_rate: float = DEFAULT_CHECKSUM_SAMPLE_RATE,
     checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
+    sample_files: int = DEFAULT_SAMPLE_FILES,
 ) -> list[dg.AssetChecksDefinition]:
     """Missing-asset and reference-integrity checks on a dataset's published version.
 
@@ -140,6 +145,8 @@ def build_dataset_checks(
     bytes. A finalization asset built with ``checks=True`` (the default) already runs
     both checks before publishing, as its own ``check_specs``: for it this returns an
     empty list (and refuses check options, which belong to ``build_finalization_asset``).
+    ``sample_files``: how many attempts' files ``reference_integrity`` re-reads when every
+    attempt audited its own references.
 
     Example:
         >>> import dagster as dg, refiner_core as mdr
@@ -159,7 +166,14 @@ def build_dataset_checks(
             f"inline-finalized dataset asset, got {asset!r}"
         )
     metadata = asset.metadata_by_key.get(asset.key, {})
-    options = {"sample_threshold": sample_threshold, "sample_size": sample_size, "seed": seed}
+    if isinstance(sample_files, bool) or not isinstance(sample_files, int) or sample_files < 1:
+        raise ValueError(f"sample_files must be a positive integer, got {sample_files!r}")
+    options = {
+        "sample_threshold": sample_threshold,
+        "sample_size": sample_size,
+        "seed": seed,
+        "sample_files": sample_files,
+    }
     checksum_options = {
         "checksum_sample_rate": checksum_sample_rate,
         "checksum_full_below": checksum_full_below,
@@ -168,6 +182,7 @@ def build_dataset_checks(
         defaults = {
             "sample_threshold": DEFAULT_SAMPLE_THRESHOLD,
             "sample_size": DEFAULT_SAMPLE_SIZE,
+            "sample_files": DEFAULT_SAMPLE_FILES,
         }
         if options != {**defaults, "seed": 0} or max_missing_fraction is not None:
             raise ValueError(

@@ -268,7 +268,7 @@ def audit_check_specs(
             description=(
                 "Every blob reference lies inside an existing block (offset + size <= block "
                 f"size), checked before publishing; sampled above {policy.sample_threshold:,} "
-                "references."
+                "references, and only sampled when every write attempt audited its own."
             ),
         ),
         *video,

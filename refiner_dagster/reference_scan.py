@@ -10,6 +10,13 @@ whole; what it shares with the versions before it is checked by a seeded sample
 ``threads`` at a time. The failures the write attempts recorded in their manifests
 (summed in the version's summary) are counted in first.
 
+When every kept attempt of a Parquet or JSONL version audited its own references and
+none failed, the scan trusts those audits and re-verifies only a seeded sample: the
+files of ``sample_files`` attempts (:func:`sampled_files`), at most ``sample_size`` of
+their references, so a manifest that claims more than is true can still be caught;
+the files of attempts that recorded no audit (``summary.unaudited_files``) are read in
+full, as without audits.
+
 Example:
     >>> report = IntegrityReport(total=4, checked=2)
     >>> report.sampling_rate
@@ -17,7 +24,7 @@ Example:
 """
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +49,8 @@ from .tables import open_version, version_schema
 DEFAULT_SAMPLE_THRESHOLD = 100_000
 DEFAULT_SAMPLE_SIZE = 10_000
 INHERITED_SAMPLE_TABLES = 8
+# Attempts whose files are re-verified when every attempt audited itself.
+DEFAULT_SAMPLE_FILES = 64
 SHOWN_FAILURES = 5
 
 
@@ -53,7 +62,13 @@ class _Reference:
     offset: int | None = None
     size: int | None = None
     checksum: str | None = None
-    table: str | None = None  # set for a table an append inherited
+    file: str | None = None
+    """The table file the row is in (``row`` counts within it); ``None``: the whole table."""
+
+    @property
+    def where(self) -> str:
+        of = f" of {self.file}" if self.file else ""
+        return f"column {self.column!r} row {self.row}{of}"
 
 
 @dataclass
@@ -127,10 +142,36 @@ def _inherited_sample(
     for table in picked:
         rows = _table_rows(version, [version.folder.url_of(table)], list(columns), threads)
         for ref in _iter_references(rows, columns):
-            ref.table = table
+            ref.file = f"inherited table {table}"
             refs.append(ref)
     _, chosen = _sample(iter(refs), size, size, seed)
     return chosen
+
+
+def _file_rows(
+    version: DatasetVersion, files: Sequence[str], columns: list[str], threads: int
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """``(file, its rows)`` for each of ``files`` (relative to the version's output),
+    asset ``columns`` only, read ``threads`` at a time, in the order given."""
+    folder = version.output_folder()
+    options = version.storage_options or None
+
+    def read(relative: str) -> tuple[str, list[dict[str, Any]]]:
+        url = folder.url_of(relative)
+        return relative, read_table_rows(
+            url, version.format, columns=columns, storage_options=options
+        )
+
+    yield from map_in_order(read, files, max_workers=max(1, threads))
+
+
+def _file_references(
+    chunks: Iterable[tuple[str, list[dict[str, Any]]]], columns: dict[str, str]
+) -> Iterator[_Reference]:
+    for relative, rows in chunks:
+        for ref in _iter_references(iter(rows), columns):
+            ref.file = relative
+            yield ref
 
 
 def _iter_references(rows: Iterator[Any], columns: dict[str, str]) -> Iterator[_Reference]:
@@ -175,6 +216,30 @@ def _sample(refs: Iterator[_Reference], threshold: int, size: int, seed: int):
     return total, (everything if everything is not None else reservoir)
 
 
+def sampled_files(files: Sequence[str], count: int, seed: int) -> list[str]:
+    """The ``count`` of ``files`` (each an attempt's) whose references are re-verified
+    when every attempt audited itself: a seeded uniform choice, in the order given.
+
+    >>> sampled_files(["a", "b", "c", "d"], 2, seed=0) == sampled_files(["a", "b", "c", "d"], 2, 0)
+    True
+    >>> sampled_files(["a", "b"], 5, seed=0)
+    ['a', 'b']
+    """
+    if count >= len(files):
+        return list(files)
+    chosen = set(random.Random(seed).sample(range(len(files)), count))
+    return [f for i, f in enumerate(files) if i in chosen]
+
+
+def _trusted_audit(version: DatasetVersion, summary: mdr.DatasetSummary | None) -> bool:
+    """Whether the attempts' own audits stand for the files they cover: they passed, the
+    summary says which files no attempt audited, and the table is one file per attempt."""
+    if summary is None or version.format not in ("parquet", "jsonl"):
+        return False
+    audit = summary.reference_audit
+    return audit is not None and audit.ok and summary.unaudited_files is not None
+
+
 def scan_references(
     version: DatasetVersion,
     *,
@@ -185,21 +250,43 @@ def scan_references(
     checksum_full_below: int = DEFAULT_CHECKSUM_FULL_BELOW,
     summary: mdr.DatasetSummary | None = None,
     threads: int = DEFAULT_READ_THREADS,
+    sample_files: int = DEFAULT_SAMPLE_FILES,
 ) -> IntegrityReport:
     """Check the references of ``version``'s asset columns against storage, after the
     failures its write attempts recorded (from ``summary``, else the version's own).
 
-    Table files are read, and the referenced blocks and files sized, ``threads`` at a
-    time (``1``: one request at a time)."""
+    When the attempts audited themselves (see the module), only the files of
+    ``sample_files`` of them, chosen with ``seed``, are re-verified, plus in full those
+    of attempts that recorded no audit. Table files are read, and the referenced blocks
+    and files sized, ``threads`` at a time (``1``: one request at a time)."""
+    if isinstance(sample_files, bool) or not isinstance(sample_files, int) or sample_files < 1:
+        raise ValueError(f"sample_files must be a positive integer, got {sample_files!r}")
     columns = _asset_columns(version_schema(version))
     report = IntegrityReport()
-    _add_write_audit(report, summary if summary is not None else version.summary())
+    summary = summary if summary is not None else version.summary()
+    _add_write_audit(report, summary)
     if not columns:
         return report
-    rows = _version_rows(version, list(columns), threads)
-    total, chosen = _sample(_iter_references(rows, columns), sample_threshold, sample_size, seed)
+    if summary is not None and _trusted_audit(version, summary):
+        chosen = _trusted_sample(
+            report,
+            version,
+            summary,
+            columns,
+            threads,
+            sample_threshold,
+            sample_size,
+            seed,
+            sample_files,
+        )
+    else:
+        rows = _version_rows(version, list(columns), threads)
+        refs = _iter_references(rows, columns)
+        total, chosen = _sample(refs, sample_threshold, sample_size, seed)
+        report.total, report.checked = total, len(chosen)
     inherited = _inherited_sample(version, columns, sample_size, seed, threads)
-    report.total, report.checked = total + len(inherited), len(chosen) + len(inherited)
+    report.total += len(inherited)
+    report.checked += len(inherited)
     report.inherited_checked = len(inherited)
     chosen = chosen + inherited
     sizes = _sizes(chosen, version, threads)
@@ -215,6 +302,42 @@ def scan_references(
     report.blocks = len(sizes)
     _verify_checksums(report, intact, version, checksum_sample_rate, checksum_full_below, seed)
     return report
+
+
+def _trusted_sample(
+    report: IntegrityReport,
+    version: DatasetVersion,
+    summary: mdr.DatasetSummary,
+    columns: dict[str, str],
+    threads: int,
+    threshold: int,
+    size: int,
+    seed: int,
+    sample_files: int,
+) -> list[_Reference]:
+    """The references to re-verify of a version whose attempts audited themselves: all
+    of the unaudited files' (up to ``threshold``), and at most ``size`` of the sampled
+    files'; sets the report's ``total`` (the audited references counted at write) and
+    ``checked``."""
+    unaudited = set(summary.unaudited_files or ())
+    audited = [f for f in summary.files if f not in unaudited]
+    picked = sampled_files(audited, sample_files, seed)
+    full_total, full = _sample(
+        _file_references(_file_rows(version, sorted(unaudited), list(columns), threads), columns),
+        threshold,
+        size,
+        seed,
+    )
+    _, sampled = _sample(
+        _file_references(_file_rows(version, picked, list(columns), threads), columns),
+        min(threshold, size),
+        size,
+        seed,
+    )
+    audit = summary.reference_audit
+    report.total = full_total + (audit.checked if audit is not None else 0)
+    report.checked = len(full) + len(sampled)
+    return full + sampled
 
 
 def _add_write_audit(report: IntegrityReport, summary: mdr.DatasetSummary | None) -> None:
@@ -235,7 +358,7 @@ def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
     """Verify the checksums of in-bounds references (a sample on large datasets)."""
     pairs = [
         (
-            f"column {r.column!r} row {r.row}",
+            r.where,
             {"path": r.path, "offset": r.offset, "size": r.size, "checksum": r.checksum},
         )
         for r in refs
@@ -270,9 +393,7 @@ def _sizes(refs: list[_Reference], version: DatasetVersion, threads: int) -> dic
 
 
 def _check(ref: _Reference, sizes: dict[str, int | None]) -> str | None:
-    where = f"column {ref.column!r} row {ref.row}"
-    if ref.table is not None:
-        where = f"inherited table {ref.table} {where}"
+    where = ref.where
     if not isinstance(ref.path, str) or not ref.path:
         return f"{where}: empty path"
     size = sizes.get(ref.path)

@@ -194,6 +194,15 @@ def _audit_json(audit: ReferenceAudit | None) -> dict[str, Any]:
     return {} if audit is None else {"reference_audit": audit.to_json()}
 
 
+def _optional_names(value: Any) -> tuple[str, ...] | None:
+    """A list of relative file names of a JSON form (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of file names, got {value!r}")
+    return tuple(value)
+
+
 def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
     folder.write_bytes(manifest.path, json.dumps(manifest.to_json(), indent=1).encode())
 
@@ -267,6 +276,10 @@ class DatasetSummary:
     reference_audit: ReferenceAudit | None = None
     """The committed attempts' reference audits summed (``attempts`` of them; ``None``
     when no committed attempt recorded one)."""
+    unaudited_files: tuple[str, ...] | None = None
+    """With a ``reference_audit``: the files of the committed attempts that recorded no
+    audit of their own (an audit at publication reads these in full and only samples the
+    rest); ``None`` when not recorded."""
 
     @property
     def rows_written(self) -> int:
@@ -291,6 +304,8 @@ class DatasetSummary:
             value = getattr(self, name)
             data[name] = list(value) if isinstance(value, tuple) else value
         data.update(_audit_json(self.reference_audit))
+        if self.unaudited_files is not None:
+            data["unaudited_files"] = list(self.unaudited_files)
         return data
 
     @classmethod
@@ -324,6 +339,7 @@ class DatasetSummary:
                 finalized_at=float(data.get("finalized_at", 0.0)),
                 elapsed_s=float(data.get("elapsed_s", 0.0)),
                 reference_audit=read_audit(data, where=where),
+                unaudited_files=_optional_names(data.get("unaudited_files")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(

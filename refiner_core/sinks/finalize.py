@@ -51,6 +51,16 @@ def _combined_audit(committed: dict[str, AttemptManifest]) -> ReferenceAudit | N
     return ReferenceAudit.combine(audits) if audits else None
 
 
+def _unaudited_files(committed: dict[str, AttemptManifest]) -> tuple[str, ...] | None:
+    """The files of kept attempts without a reference audit, when any kept attempt has one
+    (``None``: no attempt audited itself, so there is nothing to tell apart)."""
+    if all(m.reference_audit is None for m in committed.values()):
+        return None
+    return tuple(
+        sorted(f for m in committed.values() if m.reference_audit is None for f in m.files)
+    )
+
+
 class FinalizeStage:
     """The reduce stage a writer's sequence ends with; :func:`refiner_core.sinks.finalize_output`
     runs it for an output folder without a pipeline.
@@ -142,6 +152,7 @@ class FinalizeStage:
             open_uploads=tuple(uploads["open_uploads"]),
             finalized_at=time.time(),
             reference_audit=_combined_audit(committed),
+            unaudited_files=_unaudited_files(committed),
         )
         # Readers follow the summary: it names only kept files before anything that an
         # earlier summary listed is deleted, so it never lists a file that is gone.

@@ -188,3 +188,38 @@ def test_a_malformed_audit_in_a_manifest_names_the_file(value):
     }
     with pytest.raises(ValueError, match=r"reference audit in x\.json"):
         AttemptManifest.from_json(data, where="x.json")
+
+
+def test_the_summary_names_the_files_of_attempts_that_recorded_no_audit(tmp_path):
+    from refiner_core.sinks import finalize_output
+
+    out = str(tmp_path / "out")
+    assets = mdr.BlobAssetConfig(target_bytes=2_000)
+    sequence = mdr.from_items(_items(tmp_path, 12), dtypes=_DTYPES, items_per_shard=3)
+    summary = sequence.write_parquet(out, assets=assets).launch_local(num_workers=1).summary
+    assert summary.unaudited_files == ()
+    assert DatasetSummary.read(DataFolder(out)).unaudited_files == ()
+
+    # an attempt written without a self-audit (an older writer): finalize names its file
+    folder = DataFolder(out)
+    [relative] = [r for r in folder.find("_refiner/attempts") if "00002__" in r]
+    manifest = json.loads(folder.read_bytes(relative))
+    del manifest["reference_audit"]
+    folder.write_bytes(relative, json.dumps(manifest).encode())
+    again = finalize_output("parquet", out, summary.run_id, assets=assets)
+    assert again.unaudited_files == tuple(manifest["files"])
+    assert again.reference_audit is not None and again.reference_audit.attempts == 3
+    assert DatasetSummary.read(DataFolder(out)).unaudited_files == tuple(manifest["files"])
+
+
+def test_a_summary_without_audits_tells_no_files_apart(tmp_path):
+    out = str(tmp_path / "out")
+    summary = mdr.from_items([{"i": 1}]).write_parquet(out).launch_local().summary
+    assert summary.unaudited_files is None
+    assert "unaudited_files" not in summary.to_json()
+
+
+def test_a_malformed_unaudited_files_entry_names_the_summary():
+    data = {"output": "/o", "format": "parquet", "run_id": "r", "unaudited_files": "a.parquet"}
+    with pytest.raises(ValueError, match=r"dataset summary s\.json is malformed.*file names"):
+        DatasetSummary.from_json(data, where="s.json")
