@@ -94,6 +94,7 @@ class RemuxedFile(_File):
         super().__init__(path, fps)
         self.required_size = size
         self.format: VideoFormat | None = None
+        self.extradata = b""
 
     def accepts(self, fmt: VideoFormat) -> bool:
         if self.format is None:
@@ -106,26 +107,48 @@ class RemuxedFile(_File):
         """Copy ``clip``'s packets after the file's last clip, decoding a sample of its
         frames when ``sample``; ``ClipNotOnKeyframe`` when the clip does not start on a
         keyframe, :class:`IncompatibleClip` when its format disagrees."""
+        if self.format is not None:
+            # a clip encoded like the file's first one needs no decoding to be told apart
+            with open_video(clip.path, storage_options, decode_probe=False) as (container, stream):
+                if self._same_setup(stream):
+                    return self._copy(clip, container, stream, self.format, sample)
         with open_video(clip.path, storage_options) as (container, stream):
             fmt = VideoFormat.of(stream)
             if not self.accepts(fmt):
                 raise IncompatibleClip(f"{clip.describe()} is {fmt.describe()}")
-            packets = _packets_in(clip, container, stream)
-            if not packets:
-                raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
-            start = min(p.pts for p in packets)
-            if not packets[0].is_keyframe or packets[0].pts != start:
-                raise ClipNotOnKeyframe(f"{clip.describe()} does not start on a keyframe")
-            images = _decode(stream, packets) if sample else _Sampler(0)
-            if self.stream is None:
-                self.stream = self.output.add_stream_from_template(stream, opaque=True)
-                self.format = fmt
-            shift = round(self.end / fmt.time_base) - start
-            for packet in packets:
-                packet.pts += shift
-                packet.dts = None if packet.dts is None else packet.dts + shift
-                packet.stream = self.stream
-                self.output.mux(packet)
+            return self._copy(clip, container, stream, fmt, sample)
+
+    def _same_setup(self, stream: Any) -> bool:
+        """Whether ``stream`` has the file's codec, size, time base and codec setup (whose
+        parameter sets fix the pixel format too)."""
+        assert self.format is not None
+        context = stream.codec_context
+        return bool(self.extradata) and (
+            (context.name, context.width, context.height, stream.time_base)
+            == (self.format.codec, self.format.width, self.format.height, self.format.time_base)
+            and bytes(context.extradata or b"") == self.extradata
+        )
+
+    def _copy(
+        self, clip: ClipRef, container: Any, stream: Any, fmt: VideoFormat, sample: bool
+    ) -> Appended:
+        packets = _packets_in(clip, container, stream)
+        if not packets:
+            raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
+        start = min(p.pts for p in packets)
+        if not packets[0].is_keyframe or packets[0].pts != start:
+            raise ClipNotOnKeyframe(f"{clip.describe()} does not start on a keyframe")
+        images = _decode(stream, packets) if sample else _Sampler(0)
+        if self.stream is None:
+            self.stream = self.output.add_stream_from_template(stream, opaque=True)
+            self.format = fmt
+            self.extradata = bytes(stream.codec_context.extradata or b"")
+        shift = round(self.end / fmt.time_base) - start
+        for packet in packets:
+            packet.pts += shift
+            packet.dts = None if packet.dts is None else packet.dts + shift
+            packet.stream = self.stream
+            self.output.mux(packet)
         return self._advance(len(packets), images, fmt.time_base)
 
     def _advance(self, frames: int, images: _Sampler, time_base: Fraction) -> Appended:

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...io.datafile import is_local
 from ...manifests import AttemptResult
 from ...manifests._attempts import attempt_key
 from ...video.clip_ref import parse_clip
@@ -97,21 +98,38 @@ class _Camera:
         file.close()
         if file.stream is None:  # never got a clip
             return
+        staged = f"{self.writer.stage}/videos/{self.key}/{number}.mp4"
+        size = os.path.getsize(file.path)
+        if not _move_into(self.writer.sink.folder, file.path, staged):
+            self._upload(file.path, staged)
+        self.uploaded.append(number)
+        self.writer.staged_bytes += size
+
+    def _upload(self, path: str, staged: str) -> None:
         with (
-            open(file.path, "rb") as local,
-            self.writer.sink.folder.open_atomic(
-                f"{self.writer.stage}/videos/{self.key}/{number}.mp4"
-            ) as out,
+            open(path, "rb") as local,
+            self.writer.sink.folder.open_atomic(staged) as out,
         ):
             shutil.copyfileobj(local, out, 4 * MIB)
-        self.uploaded.append(number)
-        self.writer.staged_bytes += os.path.getsize(file.path)
 
     def close(self) -> None:
         for held in (self.remuxed, self.encoded):
             if held is not None:
                 self._finish(*held)
         self.remuxed = self.encoded = None
+
+
+def _move_into(folder: Any, path: str, relative: str) -> bool:
+    """Rename the local file ``path`` to ``relative`` in ``folder`` when both are on one
+    local filesystem (no copy); ``False`` when they are not."""
+    if not is_local(folder.fs):
+        return False
+    directory, _, name = relative.rpartition("/")
+    try:
+        os.replace(path, f"{folder.local_dir(directory)}/{name}")
+    except OSError:  # another device: copied instead
+        return False
+    return True
 
 
 @contextlib.contextmanager
