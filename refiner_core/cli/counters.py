@@ -40,6 +40,14 @@ MEANINGS: dict[str, str] = {
         "episode clips decoded and encoded again (their codec, size, pixel format or time "
         "base differed from the file's, or they did not start on a keyframe)"
     ),
+    "clip_stats_reused": (
+        "remuxed episode clips whose image statistics came with their row "
+        "(stats/<camera>/...) instead of being decoded again"
+    ),
+    "frames_decoded": (
+        "video frames write_lerobot decoded (samples for image statistics, and every frame "
+        "of a re-encoded clip)"
+    ),
     "rejected_attempts_removed": "attempts of other or failed tries whose files finalization deleted",
     "files_removed": "files and folders finalization deleted with those attempts",
     "uploads_aborted": (

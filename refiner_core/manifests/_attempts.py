@@ -33,7 +33,13 @@ ASSET_COUNTER_KEYS = (
     "rows_dropped",
 )
 # Counters of the video writers (write_lerobot).
-VIDEO_COUNTER_KEYS = ("frames_written", "clips_remuxed", "clips_transcoded")
+VIDEO_COUNTER_KEYS = (
+    "frames_written",
+    "clips_remuxed",
+    "clips_transcoded",
+    "clip_stats_reused",
+    "frames_decoded",
+)
 COUNTER_KEYS = (
     "rows_read",
     "rows_written",

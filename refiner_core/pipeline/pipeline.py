@@ -235,12 +235,14 @@ class Pipeline:
         chunks_size: int = 1000,
         storage_options: dict[str, Any] | None = None,
         clip_storage_options: dict[str, Any] | None = None,
+        recompute_stats: bool = False,
     ) -> PipelineSequence:
         """Write a LeRobot v3.0 dataset from episode rows (one row per episode: ``tasks``,
         a ``video_clip`` per camera, frame data as per-frame lists) or from frame rows
         like ``read_lerobot(root)``'s (consecutive rows of one ``episode_index``); see
         :class:`refiner_core.sinks.lerobot.LeRobotSink`. ``clip_storage_options`` reach
-        the clips' videos."""
+        the clips' videos. A clip copied unchanged keeps the image statistics its row
+        carries (``stats/<camera>/...``); ``recompute_stats=True`` decodes a sample instead."""
         # Not one of the table formats of write(format, ...): it takes fps and writes meta/
         from ..sinks.lerobot import LeRobotSink
         from .sequence import PipelineSequence
@@ -254,6 +256,7 @@ class Pipeline:
             chunks_size=chunks_size,
             storage_options=storage_options,
             clip_storage_options=clip_storage_options,
+            recompute_stats=recompute_stats,
         )
         return PipelineSequence.for_sink(self, sink)
 

@@ -55,12 +55,14 @@ class VideoFormat:
 @dataclass(frozen=True)
 class Appended:
     """Where a clip landed in the file: ``[from_timestamp, to_timestamp)`` seconds, its frame
-    count, and a sample of its decoded frames (RGB ``uint8``, ``(n, h, w, 3)``)."""
+    count, a sample of its decoded frames (RGB ``uint8``, ``(n, h, w, 3)``; empty when none
+    was asked for) and how many frames were decoded to append it."""
 
     from_timestamp: float
     to_timestamp: float
     frames: int
     sample: np.ndarray
+    decoded: int = 0
 
 
 class _File:
@@ -92,42 +94,69 @@ class RemuxedFile(_File):
         super().__init__(path, fps)
         self.required_size = size
         self.format: VideoFormat | None = None
+        self.extradata = b""
 
     def accepts(self, fmt: VideoFormat) -> bool:
         if self.format is None:
             return self.required_size in (None, (fmt.width, fmt.height))
         return self.format == fmt
 
-    def append(self, clip: ClipRef, storage_options: dict[str, Any] | None) -> Appended:
-        """Copy ``clip``'s packets after the file's last clip; ``ClipNotOnKeyframe`` when the
-        clip does not start on a keyframe, :class:`IncompatibleClip` when its format disagrees."""
+    def append(
+        self, clip: ClipRef, storage_options: dict[str, Any] | None, sample: bool = True
+    ) -> Appended:
+        """Copy ``clip``'s packets after the file's last clip, decoding a sample of its
+        frames when ``sample``; ``ClipNotOnKeyframe`` when the clip does not start on a
+        keyframe, :class:`IncompatibleClip` when its format disagrees."""
+        if self.format is not None:
+            # a clip encoded like the file's first one needs no decoding to be told apart
+            with open_video(clip.path, storage_options, decode_probe=False) as (container, stream):
+                if self._same_setup(stream):
+                    return self._copy(clip, container, stream, self.format, sample)
         with open_video(clip.path, storage_options) as (container, stream):
             fmt = VideoFormat.of(stream)
             if not self.accepts(fmt):
                 raise IncompatibleClip(f"{clip.describe()} is {fmt.describe()}")
-            packets = _packets_in(clip, container, stream)
-            if not packets:
-                raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
-            start = min(p.pts for p in packets)
-            if not packets[0].is_keyframe or packets[0].pts != start:
-                raise ClipNotOnKeyframe(f"{clip.describe()} does not start on a keyframe")
-            sample = _sample(_decode(stream, packets))
-            if self.stream is None:
-                self.stream = self.output.add_stream_from_template(stream, opaque=True)
-                self.format = fmt
-            shift = round(self.end / fmt.time_base) - start
-            for packet in packets:
-                packet.pts += shift
-                packet.dts = None if packet.dts is None else packet.dts + shift
-                packet.stream = self.stream
-                self.output.mux(packet)
-        return self._advance(len(packets), sample, fmt.time_base)
+            return self._copy(clip, container, stream, fmt, sample)
 
-    def _advance(self, frames: int, sample: np.ndarray, time_base: Fraction) -> Appended:
+    def _same_setup(self, stream: Any) -> bool:
+        """Whether ``stream`` has the file's codec, size, time base and codec setup (whose
+        parameter sets fix the pixel format too)."""
+        assert self.format is not None
+        context = stream.codec_context
+        return bool(self.extradata) and (
+            (context.name, context.width, context.height, stream.time_base)
+            == (self.format.codec, self.format.width, self.format.height, self.format.time_base)
+            and bytes(context.extradata or b"") == self.extradata
+        )
+
+    def _copy(
+        self, clip: ClipRef, container: Any, stream: Any, fmt: VideoFormat, sample: bool
+    ) -> Appended:
+        packets = _packets_in(clip, container, stream)
+        if not packets:
+            raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
+        start = min(p.pts for p in packets)
+        if not packets[0].is_keyframe or packets[0].pts != start:
+            raise ClipNotOnKeyframe(f"{clip.describe()} does not start on a keyframe")
+        images = _decode(stream, packets) if sample else _Sampler(0)
+        if self.stream is None:
+            self.stream = self.output.add_stream_from_template(stream, opaque=True)
+            self.format = fmt
+            self.extradata = bytes(stream.codec_context.extradata or b"")
+        shift = round(self.end / fmt.time_base) - start
+        for packet in packets:
+            packet.pts += shift
+            packet.dts = None if packet.dts is None else packet.dts + shift
+            packet.stream = self.stream
+            self.output.mux(packet)
+        return self._advance(len(packets), images, fmt.time_base)
+
+    def _advance(self, frames: int, images: _Sampler, time_base: Fraction) -> Appended:
         begin = self.end
         # the next clip starts one frame period after this one's frames, on the time base
         self.end = round((begin + frames / self.fps) / time_base) * time_base
-        return Appended(float(begin), float(begin + frames / self.fps), frames, sample)
+        end = float(begin + frames / self.fps)
+        return Appended(float(begin), end, frames, _sample(images.images), images.seen)
 
 
 class EncodedFile(_File):
@@ -175,9 +204,8 @@ class EncodedFile(_File):
             raise ValueError(f"{clip.describe()} holds no frames; check its timestamps")
         start = Fraction(begin) / self.fps
         self.end = Fraction(self._frames) / self.fps
-        return Appended(
-            float(start), float(self.end), self._frames - begin, _sample(sampler.images)
-        )
+        frames = self._frames - begin
+        return Appended(float(start), float(self.end), frames, _sample(sampler.images), frames)
 
     def close(self) -> None:
         for packet in self.stream.encode(None):
@@ -185,7 +213,7 @@ class EncodedFile(_File):
         super().close()
 
 
-def _decode(stream: Any, packets: list[Any]) -> list[np.ndarray]:
+def _decode(stream: Any, packets: list[Any]) -> _Sampler:
     """A sample of the packets' frames (see :class:`_Sampler`), decoded: every frame of a
     short clip, evenly spread keyframes of a longer one (see :data:`FULL_DECODE_FRAMES`)."""
     import av
@@ -201,7 +229,7 @@ def _decode(stream: Any, packets: list[Any]) -> list[np.ndarray]:
     for packet in [*packets, None]:
         for frame in context.decode(packet):
             sampler.offer(frame)
-    return sampler.images
+    return sampler
 
 
 class _Sampler:

@@ -18,11 +18,20 @@ READ_BLOCK_BYTES = MAX_READAHEAD_BYTES
 _READERS: dict[int, RangedReader] = {}
 
 
+# Opening a file without decoding its first frames: the stream's codec, size, time base and
+# codec setup (extradata) are known, its pixel format is not.
+WITHOUT_PROBE_DECODING = {"skip_frame": "all"}
+
+
 @contextlib.contextmanager
-def open_video(url: str, storage_options: dict[str, Any] | None) -> Iterator[tuple[Any, Any]]:
+def open_video(
+    url: str, storage_options: dict[str, Any] | None, decode_probe: bool = True
+) -> Iterator[tuple[Any, Any]]:
     """``(container, video stream)`` of the video at ``url``: a local file as it is, a remote
     one through a :class:`~refiner_core.video.ranged.RangedReader` (byte ranges, no block
-    cache); ``FileNotFoundError`` / ``ValueError`` name the URL."""
+    cache); ``FileNotFoundError`` / ``ValueError`` name the URL. ``decode_probe=False``
+    opens it without decoding frames (several times faster; the stream's ``pix_fmt`` is then
+    unknown and its own decoder skips every frame: demux only)."""
     import av
 
     fs, path = resolve(url, storage_options)
@@ -38,7 +47,8 @@ def open_video(url: str, storage_options: dict[str, Any] | None) -> Iterator[tup
         raise FileNotFoundError(f"video {url} does not exist: {exc}") from exc
     try:
         try:
-            container = av.open(path if handle is None else handle, mode="r")
+            options = None if decode_probe else WITHOUT_PROBE_DECODING
+            container = av.open(path if handle is None else handle, mode="r", options=options)
         except av.error.FFmpegError as exc:
             raise ValueError(f"cannot open video {url}: {exc}; is it a video file?") from exc
         with container:

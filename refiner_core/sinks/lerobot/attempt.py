@@ -18,11 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...io.datafile import is_local
 from ...manifests import AttemptResult
 from ...manifests._attempts import attempt_key
 from ...video.clip_ref import parse_clip
 from ...video.clips import ClipNotOnKeyframe
 from ...video.concat import EncodedFile, IncompatibleClip, RemuxedFile, VideoFormat
+from .carried_stats import carried_image_stats
 from .episodes import RowShape, episode_length, frame_table, row_shape
 from .frame_rows import FrameGrouper, is_frame_rows
 from .stats import image_stats
@@ -51,8 +53,9 @@ class _Camera:
     def _path(self, number: int) -> str:
         return f"{self.writer.tmp}/{self.key}-{number}.mp4"
 
-    def append(self, clip: Any, where: str) -> tuple[int, Any, bool]:
-        """Put ``clip`` in a file; returns (file number, where it landed, remuxed?)."""
+    def append(self, clip: Any, where: str, sample: bool) -> tuple[int, Any, bool]:
+        """Put ``clip`` in a file, decoding a sample of its frames for its statistics when
+        ``sample`` or when it is re-encoded; returns (file number, where it landed, remuxed?)."""
         ref = parse_clip(clip)
         options, fps = self.writer.sink.clip_storage_options, self.writer.sink.fps
         if self.remuxed is None:
@@ -60,7 +63,7 @@ class _Camera:
             self.count += 1
         number, file = self.remuxed
         try:
-            landed = file.append(ref, options)
+            landed = file.append(ref, options, sample)
         except (ClipNotOnKeyframe, IncompatibleClip):
             pass  # encoded below
         except ValueError as exc:
@@ -95,21 +98,38 @@ class _Camera:
         file.close()
         if file.stream is None:  # never got a clip
             return
+        staged = f"{self.writer.stage}/videos/{self.key}/{number}.mp4"
+        size = os.path.getsize(file.path)
+        if not _move_into(self.writer.sink.folder, file.path, staged):
+            self._upload(file.path, staged)
+        self.uploaded.append(number)
+        self.writer.staged_bytes += size
+
+    def _upload(self, path: str, staged: str) -> None:
         with (
-            open(file.path, "rb") as local,
-            self.writer.sink.folder.open_atomic(
-                f"{self.writer.stage}/videos/{self.key}/{number}.mp4"
-            ) as out,
+            open(path, "rb") as local,
+            self.writer.sink.folder.open_atomic(staged) as out,
         ):
             shutil.copyfileobj(local, out, 4 * MIB)
-        self.uploaded.append(number)
-        self.writer.staged_bytes += os.path.getsize(file.path)
 
     def close(self) -> None:
         for held in (self.remuxed, self.encoded):
             if held is not None:
                 self._finish(*held)
         self.remuxed = self.encoded = None
+
+
+def _move_into(folder: Any, path: str, relative: str) -> bool:
+    """Rename the local file ``path`` to ``relative`` in ``folder`` when both are on one
+    local filesystem (no copy); ``False`` when they are not."""
+    if not is_local(folder.fs):
+        return False
+    directory, _, name = relative.rpartition("/")
+    try:
+        os.replace(path, f"{folder.local_dir(directory)}/{name}")
+    except OSError:  # another device: copied instead
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -142,7 +162,12 @@ class LeRobotAttemptWriter:
         self.parts = 0
         self.frames = 0
         self.staged_bytes = 0
-        self.counters = {"clips_remuxed": 0, "clips_transcoded": 0}
+        self.counters = {
+            "clips_remuxed": 0,
+            "clips_transcoded": 0,
+            "clip_stats_reused": 0,
+            "frames_decoded": 0,
+        }
         self.grouper: FrameGrouper | None = None
 
     async def write(self, table: pa.Table) -> None:
@@ -171,8 +196,14 @@ class LeRobotAttemptWriter:
             clip = table.column(key)[row].as_py()
             if clip is None:
                 raise ValueError(f"{where}: camera {key!r} has no clip; every episode needs one")
-            number, landed, remuxed = camera.append(clip, f"{where} camera {key!r}")
+            carried = None
+            if not self.sink.recompute_stats:
+                carried = carried_image_stats(table, row, key, where)
+            number, landed, remuxed = camera.append(
+                clip, f"{where} camera {key!r}", sample=carried is None
+            )
             self.counters["clips_remuxed" if remuxed else "clips_transcoded"] += 1
+            self.counters["frames_decoded"] += landed.decoded
             if length is None:
                 length = landed.frames
             ref = parse_clip(clip)
@@ -189,7 +220,11 @@ class LeRobotAttemptWriter:
                     f"{landed.frames} frames but the episode has {length}; fix its bounds"
                 )
             videos[key] = {"file": number, "from": landed.from_timestamp, "to": landed.to_timestamp}
-            stats[key] = image_stats(landed.sample, landed.frames)
+            if remuxed and carried is not None:  # the source's frames: its statistics hold
+                stats[key] = carried
+                self.counters["clip_stats_reused"] += 1
+            else:
+                stats[key] = image_stats(landed.sample, landed.frames)
         if length is None:
             raise ValueError(
                 f"{where}: the episode has no length, frame lists or camera clips to count its "

@@ -9,7 +9,9 @@ not one yet.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...io.datafile import is_local
 from ...manifests import AttemptManifest
 from .attempt import stage_of
 from .episodes import feature_of
@@ -60,9 +63,9 @@ def commit_dataset(sink: Any, committed: list[AttemptManifest]) -> dict[str, Any
         for key, numbers in attempt["files"].items():
             for number in numbers:
                 video_files[key, number] = chunk_file = videos[key].take()
-                folder.copy_from(
-                    folder.fs,
-                    folder.join(f"{stage}/videos/{key}/{number}.mp4"),
+                _place(
+                    folder,
+                    f"{stage}/videos/{key}/{number}.mp4",
                     VIDEO_PATH.format(
                         video_key=key, chunk_index=chunk_file[0], file_index=chunk_file[1]
                     ),
@@ -92,6 +95,24 @@ def commit_dataset(sink: Any, committed: list[AttemptManifest]) -> dict[str, Any
     for stage in stages:
         folder.rm(stage, recursive=True)
     return {"episodes": len(episodes), "frames": first_frame, "tasks": len(tasks)}
+
+
+def _place(folder: Any, staged: str, relative: str) -> None:
+    """Put the staged file at ``relative``: a hard link on a local disk (no bytes copied; the
+    stage goes after the commit), else the store's own copy. Run again after a failed
+    finalization, it replaces what the earlier run placed."""
+    if is_local(folder.fs):
+        directory, _, name = relative.rpartition("/")
+        target = f"{folder.local_dir(directory)}/{name}"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+        try:
+            os.link(folder.join(staged), target)
+        except OSError:  # no hard links here: copied below
+            pass
+        else:
+            return
+    folder.copy_from(folder.fs, folder.join(staged), relative)
 
 
 def dataset_files(folder: Any) -> list[str]:

@@ -11,7 +11,9 @@ One row per episode:
   the first of ``tasks``) are optional frame lists;
 - optional scalars: ``length`` (checked against the frame lists and clips) and
   ``episode_index`` (ignored: episodes are numbered 0.. in the order written);
-- ``stats/<feature>/<name>`` columns are ignored: the writer computes the statistics.
+- ``stats/<feature>/<name>`` columns: a camera's image statistics are kept when its clip is
+  copied unchanged and every key is there (see :mod:`.carried_stats`); the other features'
+  are computed again from the frame data.
 
 ``read_lerobot(root, rows="episodes")`` gives such rows without frame data; a
 ``map`` can add the frame lists.
@@ -58,7 +60,7 @@ def row_shape(schema: pa.Schema, where: str) -> RowShape:
     cameras, frames = [], []
     for field in schema:
         if field.name == "tasks" or field.name in SCALARS or field.name.startswith("stats/"):
-            continue  # statistics are computed again from the frames
+            continue  # statistics: see carried_stats
         if is_clip(field.type):
             cameras.append(field.name)
         elif pa.types.is_list(field.type) or pa.types.is_large_list(field.type):

@@ -22,7 +22,10 @@ class LeRobotSink(FolderSink):
     Each shard attempt stages its episodes under ``<output>/_refiner/lerobot/``: frames in
     Parquet, each camera's clips concatenated into MP4s (packets copied when the clip's
     format matches the file being filled, re-encoded otherwise; counted as
-    ``clips_remuxed`` / ``clips_transcoded``). The finalization stage numbers the episodes,
+    ``clips_remuxed`` / ``clips_transcoded``). A remuxed clip keeps the image statistics
+    its row carries (``stats/<camera>/<name>``, as ``read_lerobot(..., rows="episodes")``
+    gives them; counted as ``clip_stats_reused``) unless ``recompute_stats``; otherwise, and
+    for re-encoded clips, they come from a sample of decoded frames. The finalization stage numbers the episodes,
     frames and tasks over all shards, moves the files to
     ``data/chunk-XXX/file-XXX.parquet`` and ``videos/<camera>/chunk-XXX/file-XXX.mp4``, and
     writes ``meta/episodes``, ``meta/tasks.parquet``, ``meta/stats.json`` and, last,
@@ -50,6 +53,7 @@ class LeRobotSink(FolderSink):
         chunks_size: int = 1000,
         storage_options: dict[str, Any] | None = None,
         clip_storage_options: dict[str, Any] | None = None,
+        recompute_stats: bool = False,
     ) -> None:
         _check_above_zero("fps", fps)
         _check_above_zero("video_files_size_in_mb", video_files_size_in_mb)
@@ -62,6 +66,11 @@ class LeRobotSink(FolderSink):
         self.data_files_size_in_mb = data_files_size_in_mb
         self.chunks_size = chunks_size
         self.clip_storage_options = clip_storage_options
+        if not isinstance(recompute_stats, bool):
+            raise ValueError(
+                f"write_lerobot: recompute_stats={recompute_stats!r}; pass True or False"
+            )
+        self.recompute_stats = recompute_stats
 
     def prepare(self, run_id: str) -> None:
         if self.folder.exists(INFO_PATH):

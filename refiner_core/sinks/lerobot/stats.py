@@ -32,8 +32,9 @@ def feature_stats(values: np.ndarray) -> Stats:
         "std": floats.std(axis=0).tolist(),
         "count": [len(values)],
     }
-    for key, q in QUANTILES.items():
-        stats[key] = np.quantile(floats, q, axis=0).tolist()
+    quantiles = np.quantile(floats, list(QUANTILES.values()), axis=0)  # one sort for all
+    for key, values_at in zip(QUANTILES, quantiles, strict=True):
+        stats[key] = values_at.tolist()
     return stats
 
 

@@ -1,6 +1,6 @@
 """Run by the LeRobot venv's python (not refiner's): loads the dataset at ROOT with
 ``LeRobotDataset`` and prints, as JSON, every frame as LeRobot reads it (each camera as
-its mean pixel value, 0..255).
+its mean pixel value, 0..255) and the cameras' statistics from its ``meta``.
 
 Usage: python lerobot_load_script.py ROOT
 """
@@ -30,7 +30,14 @@ def main(root: str) -> None:
         for key in dataset.meta.video_keys:
             frame[key] = float(item[key].mean()) * 255
         frames.append(frame)
-    json.dump({"frames": frames, "stats_keys": sorted(dataset.meta.stats)}, sys.stdout)
+    camera_stats = {
+        key: {name: value.tolist() for name, value in dataset.meta.stats[key].items()}
+        for key in dataset.meta.video_keys
+    }
+    json.dump(
+        {"frames": frames, "stats_keys": sorted(dataset.meta.stats), "camera_stats": camera_stats},
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import refiner_core as mdr
@@ -62,3 +63,32 @@ def test_lerobot_loads_what_write_lerobot_wrote(lerobot_python, tmp_path):  # no
             assert got[camera] == pytest.approx(float(frame.mean()), abs=1.0), (camera, i)
             assert got[camera] == pytest.approx(pixel(i, number), abs=4), (camera, i)
     assert {"observation.state", "action", FRONT, WRIST} <= set(loaded["stats_keys"])
+
+
+@pytest.mark.timeout(3600)
+def test_lerobot_loads_the_image_statistics_write_lerobot_kept(lerobot_python, tmp_path):  # noqa: F811
+    source = write_dataset(str(tmp_path / "src"), [5, 7, 6], cameras=(FRONT, WRIST))
+    first = str(tmp_path / "first")
+    episode_rows(source).write_lerobot(first, fps=10).launch_local()
+    # the first dataset's episode rows carry its statistics: copied clips keep them
+    out = str(tmp_path / "out")
+    counters = episode_rows(first).write_lerobot(out, fps=10).launch_local().summary.counters
+    assert (counters["clip_stats_reused"], counters["frames_decoded"]) == (6, 0)
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run(
+        [lerobot_python, str(SCRIPT), out],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, f"{SCRIPT.name} failed:\n{done.stderr[-4000:]}"
+    loaded = json.loads(done.stdout)["camera_stats"]
+    with open(f"{first}/meta/stats.json") as f:
+        kept = json.load(f)
+    for camera in (FRONT, WRIST):
+        assert set(loaded[camera]) == set(kept[camera])
+        for name, value in kept[camera].items():
+            np.testing.assert_allclose(loaded[camera][name], value, err_msg=f"{camera} {name}")
