@@ -12,7 +12,8 @@ ratio always compares two medians measured in the same run. The public
     .venv/bin/python bench/run_all.py --load 2 --out loaded.json  # 2 busy processes throughout
     .venv/bin/python bench/run_all.py --compare idle.json loaded.json  # one table, both runs
 
-Writes ``bench/results/<UTC date and time>.json`` (or ``--out``): the machine (CPUs,
+Writes ``bench/results/<UTC date and time>.json`` (or ``--out``; rewritten after each
+script, ``"finished": false`` until the last has ended): the machine (CPUs,
 Python, load average, git commit), every script's command, exit status, duration
 and log file, and every record (see ``bench/results.py``); the table is printed and
 written beside it as Markdown. A script that fails, or does not write JSON yet, is
@@ -453,6 +454,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peer: {peer_note}")
     results: list[Result] = []
     runs: list[dict] = []
+
+    def save(finished: bool) -> None:
+        """The results file; rewritten after every script, so a run cut short keeps its part."""
+        report = {
+            "date": now.isoformat(),
+            "command": [sys.executable, *sys.argv],
+            "quick": args.quick,
+            "repeat": args.repeat,
+            "finished": finished,
+            "load": {
+                "burners": args.load,
+                "load_average_start": info["load_average_start"],
+                "load_average_end": info.get("load_average_end", os.getloadavg()),
+            },
+            "seconds": round(time.perf_counter() - started, 1),
+            "machine": info,
+            "peer": peer_note,
+            "jobs": runs,
+            "results": [asdict(r) for r in results],
+        }
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
     with Burners(args.load) as burners:
         if args.load:
             pids = ", ".join(map(str, burners.pids))
@@ -461,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             got, ran = run_job(job, job_args(job, args, selected, peer_ready), out_dir)
             results += [r for r in got if r.workload in selected]
             runs.append(ran)
+            save(finished=False)
         info["load_average_end"] = os.getloadavg()
     elapsed = time.perf_counter() - started
     text = table(results)
@@ -472,28 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{info['load_average_end'][0]:.1f} at end; peer: {peer_note}"
     )
     print(f"\n{note}\n\n{text}\n")
-    out.write_text(
-        json.dumps(
-            {
-                "date": now.isoformat(),
-                "command": [sys.executable, *sys.argv],
-                "quick": args.quick,
-                "repeat": args.repeat,
-                "load": {
-                    "burners": args.load,
-                    "load_average_start": info["load_average_start"],
-                    "load_average_end": info["load_average_end"],
-                },
-                "seconds": round(elapsed, 1),
-                "machine": info,
-                "peer": peer_note,
-                "jobs": runs,
-                "results": [asdict(r) for r in results],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    save(finished=True)
     out.with_suffix(".md").write_text(f"{note}\n\n{text}\n")
     print(f"wrote {out} and {out.with_suffix('.md')} (logs in {out_dir / 'logs'})")
     return 0

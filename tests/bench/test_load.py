@@ -120,6 +120,7 @@ def test_load_is_recorded_and_compared(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(loaded.read_text())
     assert report["load"]["burners"] == 1
+    assert report["finished"] is True
     assert len(report["load"]["load_average_start"]) == 3
     assert len(report["jobs"][0]["load_average"]) == 3
     idle = tmp_path / "idle.json"
