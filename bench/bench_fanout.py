@@ -15,7 +15,10 @@ multiprocess executor on a real Dagster instance (SQLite, temporary DAGSTER_HOME
    which the jobs are reconstructed by name, as from a code location):
    every step forked from a server that imported them once;
 4. the same on the forkserver with ``min_shards_per_task=4``: the plan step makes one
-   write step of the 4 shards (plan -> write -> finalize).
+   write step of the 4 shards (plan -> write -> finalize);
+5. the floor: jobs of no-op steps on the same forkserver executor, shaped like 3.
+   (1 -> 4 -> 1) and like 4. (3 in a row): what Dagster's per-step machinery (process
+   start, opening the instance, event writes, the executor's loop) costs with no work.
 
 It prints the median wall time of each side and its ratio to the IO-manager path
 (target for 3.: <= 1.5x), and where a fan-out step's start goes, from the run's event
@@ -110,6 +113,40 @@ def _defs() -> dg.Definitions:
     )
 
 
+@dg.op(out=dg.Out(dg.Nothing))
+def floor_plan() -> None:
+    """A no-op step: what Dagster's per-step machinery costs on its own."""
+
+
+@dg.op(ins={"after": dg.In(dg.Nothing)}, out=dg.Out(dg.Nothing))
+def floor_write() -> None:
+    """A no-op step."""
+
+
+@dg.op(ins={"after": dg.In(dg.Nothing)})
+def floor_finalize() -> None:
+    """A no-op step."""
+
+
+@dg.graph
+def floor_fanout() -> None:
+    planned = floor_plan()
+    floor_finalize([floor_write.alias(f"w{i}_write")(planned) for i in range(4)])
+
+
+@dg.graph
+def floor_chain() -> None:
+    floor_finalize(floor_write(floor_plan()))
+
+
+def floor_fanout_job() -> dg.JobDefinition:
+    return floor_fanout.to_job(name="floor_fanout_job", executor_def=_forkserver())
+
+
+def floor_chain_job() -> dg.JobDefinition:
+    return floor_chain.to_job(name="floor_chain_job", executor_def=_forkserver())
+
+
 def one_step_job() -> dg.JobDefinition:
     return _defs().resolve_job_def("one_step_job")
 
@@ -131,6 +168,8 @@ SIDES = {
     "fan_out_spawn": ("fan-out, 4 write steps, spawn (default)", fanned_spawn_job),
     "fan_out_forkserver": ("fan-out, 4 write steps, forkserver + preload", fanned_job),
     "fan_out_small": ("fan-out, min_shards_per_task=4: 1 write step, forkserver", small_job),
+    "floor_fanout": ("floor: no-op steps 1 -> 4 -> 1, forkserver + preload", floor_fanout_job),
+    "floor_chain": ("floor: 3 no-op steps in a row, forkserver + preload", floor_chain_job),
 }
 PHASES = ("STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "STEP_START", "STEP_SUCCESS")
 
@@ -294,7 +333,7 @@ def main() -> None:
                         met=None,
                         repeats=args.repeat,
                     )
-                    for side in ("fan_out_spawn", "fan_out_small")
+                    for side in ("fan_out_spawn", "fan_out_small", "floor_fanout", "floor_chain")
                 ),
                 Result(
                     workload="planning",

@@ -88,9 +88,14 @@ def write_results(path: Path | None, results: list[Result]) -> None:
 
 def read_results(path: Path) -> list[Result]:
     """The records a script wrote; keys this version does not know are kept in ``extra``."""
+    return results_from_records(json.loads(path.read_text()))
+
+
+def results_from_records(records: list[dict]) -> list[Result]:
+    """:class:`Result` values from JSON records (a script's file, or a suite file's "results")."""
     known = {f.name for f in fields(Result)}
     results = []
-    for record in json.loads(path.read_text()):
+    for record in records:
         unknown = {k: v for k, v in record.items() if k not in known}
         kept = {k: v for k, v in record.items() if k in known}
         if unknown:

@@ -9,12 +9,17 @@ ratio always compares two medians measured in the same run. The public
     .venv/bin/python bench/run_all.py                      # everything, about 30 minutes
     .venv/bin/python bench/run_all.py --quick              # small sizes, a few minutes
     .venv/bin/python bench/run_all.py --only pack,copy --skip-peer
+    .venv/bin/python bench/run_all.py --load 2 --out loaded.json  # 2 busy processes throughout
+    .venv/bin/python bench/run_all.py --compare idle.json loaded.json  # one table, both runs
 
-Writes ``bench/results/<UTC date and time>.json`` (or ``--out``): the machine (CPUs,
+Writes ``bench/results/<UTC date and time>.json`` (or ``--out``; rewritten after each
+script, ``"finished": false`` until the last has ended): the machine (CPUs,
 Python, load average, git commit), every script's command, exit status, duration
 and log file, and every record (see ``bench/results.py``); the table is printed and
 written beside it as Markdown. A script that fails, or does not write JSON yet, is
-reported as "not measured: <reason>" and the run goes on.
+reported as "not measured: <reason>" and the run goes on. ``--load N`` keeps N busy
+processes running from the first script to the last (``bench/load.py``) and records N
+and the load average before, during (after each script) and after the run.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.compare import compare_files  # noqa: E402
+from bench.load import Burners  # noqa: E402
 from bench.results import Result, read_results  # noqa: E402
 
 BENCH = ROOT / "bench"
@@ -262,7 +269,7 @@ def run_job(job: Job, argv: list[str], out_dir: Path) -> tuple[list[Result], dic
         except subprocess.TimeoutExpired:
             returncode = None
     seconds = time.perf_counter() - started
-    info.update(seconds=round(seconds, 1), returncode=returncode)
+    info.update(seconds=round(seconds, 1), returncode=returncode, load_average=os.getloadavg())
     tail = last_line(log_path.read_text(errors="replace"))
     results = read_results(json_path) if json_path.exists() else []
     if returncode is None:
@@ -410,7 +417,26 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=None, help="repeats per case (default 3; 1 with --quick)"
     )
     parser.add_argument("--out", type=Path, default=None, help="the JSON file to write")
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N CPU-burning processes (niceness 0) for the whole suite",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("IDLE", "LOADED"),
+        help="print one table of two results files' ratios side by side, and run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare_files(*args.compare))
+        return 0
+    if args.load < 0:
+        parser.error(f"--load must be 0 or more busy processes, got {args.load}")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
     if args.repeat < 3 and not args.quick:
@@ -436,37 +462,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peer: {peer_note}")
     results: list[Result] = []
     runs: list[dict] = []
-    for job in jobs:
-        got, ran = run_job(job, job_args(job, args, selected, peer_ready), out_dir)
-        results += [r for r in got if r.workload in selected]
-        runs.append(ran)
+
+    def save(finished: bool) -> None:
+        """The results file; rewritten after every script, so a run cut short keeps its part."""
+        report = {
+            "date": now.isoformat(),
+            "command": [sys.executable, *sys.argv],
+            "quick": args.quick,
+            "repeat": args.repeat,
+            "finished": finished,
+            "load": {
+                "burners": args.load,
+                "load_average_start": info["load_average_start"],
+                "load_average_end": info.get("load_average_end", os.getloadavg()),
+            },
+            "seconds": round(time.perf_counter() - started, 1),
+            "machine": info,
+            "peer": peer_note,
+            "jobs": runs,
+            "results": [asdict(r) for r in results],
+        }
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
+    with Burners(args.load) as burners:
+        if args.load:
+            pids = ", ".join(map(str, burners.pids))
+            print(f"load: {args.load} busy processes (pids {pids})", flush=True)
+        for job in jobs:
+            got, ran = run_job(job, job_args(job, args, selected, peer_ready), out_dir)
+            results += [r for r in got if r.workload in selected]
+            runs.append(ran)
+            save(finished=False)
+        info["load_average_end"] = os.getloadavg()
     elapsed = time.perf_counter() - started
-    info["load_average_end"] = os.getloadavg()
     text = table(results)
     note = (
         f"`{' '.join(['bench/run_all.py', *(argv if argv is not None else sys.argv[1:])])}`, "
         f"{now:%Y-%m-%d %H:%M} UTC, {elapsed / 60:.1f} min, {info['cpu_count']} CPUs, "
+        f"{args.load} busy processes (--load), "
         f"load average {info['load_average_start'][0]:.1f} at start, "
         f"{info['load_average_end'][0]:.1f} at end; peer: {peer_note}"
     )
     print(f"\n{note}\n\n{text}\n")
-    out.write_text(
-        json.dumps(
-            {
-                "date": now.isoformat(),
-                "command": [sys.executable, *sys.argv],
-                "quick": args.quick,
-                "repeat": args.repeat,
-                "seconds": round(elapsed, 1),
-                "machine": info,
-                "peer": peer_note,
-                "jobs": runs,
-                "results": [asdict(r) for r in results],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    save(finished=True)
     out.with_suffix(".md").write_text(f"{note}\n\n{text}\n")
     print(f"wrote {out} and {out.with_suffix('.md')} (logs in {out_dir / 'logs'})")
     return 0
