@@ -142,26 +142,9 @@ def build_dataset_asset(
     """
     if not callable(fn):
         raise TypeError(f"build_dataset_asset takes a function context -> mdr.Pipeline, got {fn!r}")
-    checked = (
-        ("max_tasks", max_tasks),
-        ("static_tasks", static_tasks),
-        ("min_shards_per_task", min_shards_per_task),
-    )
-    for label, value in checked:
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
-    if static_tasks is not None and max_tasks is not None and max_tasks > static_tasks:
-        raise ValueError(f"max_tasks={max_tasks} cannot exceed static_tasks={static_tasks}")
-    asset_name = name or getattr(fn, "__name__", None)
-    if not asset_name or not asset_name.isidentifier():
-        raise ValueError(
-            f"build_dataset_asset needs name= (a Python identifier) for {fn!r}; got {asset_name!r}"
-        )
-    if key_prefix is None:
-        prefix: list[str] = []
-    else:
-        prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
-    key = dg.AssetKey([*prefix, asset_name])
+    _check_task_counts(max_tasks, static_tasks, min_shards_per_task)
+    key = _asset_key(fn, name, key_prefix)
+    asset_name = key.path[-1]
     if mode != "overwrite":
         metadata = {**dict(metadata or {}), "refiner/mode": mode}
     # a bad refiner/format (or other refiner/ setting) fails when the definitions load
@@ -312,3 +295,31 @@ __all__ = [
     "attempt_id_for",
     "build_dataset_asset",
 ]
+
+
+def _check_task_counts(
+    max_tasks: int | None, static_tasks: int | None, min_shards_per_task: int
+) -> None:
+    checked = (
+        ("max_tasks", max_tasks),
+        ("static_tasks", static_tasks),
+        ("min_shards_per_task", min_shards_per_task),
+    )
+    for label, value in checked:
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    if static_tasks is not None and max_tasks is not None and max_tasks > static_tasks:
+        raise ValueError(f"max_tasks={max_tasks} cannot exceed static_tasks={static_tasks}")
+
+
+def _asset_key(fn: PipelineFn, name: str | None, key_prefix: str | list[str] | None) -> dg.AssetKey:
+    asset_name = name or getattr(fn, "__name__", None)
+    if not asset_name or not asset_name.isidentifier():
+        raise ValueError(
+            f"build_dataset_asset needs name= (a Python identifier) for {fn!r}; got {asset_name!r}"
+        )
+    if key_prefix is None:
+        prefix: list[str] = []
+    else:
+        prefix = [key_prefix] if isinstance(key_prefix, str) else list(key_prefix)
+    return dg.AssetKey([*prefix, asset_name])

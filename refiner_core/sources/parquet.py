@@ -98,22 +98,8 @@ class ParquetSource:
         with ThreadPoolExecutor(max_workers=max(1, min(FOOTER_READ_THREADS, len(files)))) as pool:
             metas = list(pool.map(lambda fp: self._metadata(*fp), files))
         self._schema = metas[0].schema.to_arrow_schema()
-        if self.columns is not None:
-            missing = [c for c in self.columns if c not in self._schema.names]
-            if missing:
-                raise ValueError(
-                    f"read_parquet: columns {missing} are not in {full_url(*files[0])} "
-                    f"(it has {self._schema.names})"
-                )
-        pieces = []  # (url, row group, its first row in the file, rows, bytes)
-        for (fs, path), meta in zip(files, metas, strict=True):
-            first = 0
-            for rg in range(meta.num_row_groups):
-                group = meta.row_group(rg)
-                pieces.append(
-                    (full_url(fs, path), rg, first, group.num_rows, max(1, group.total_byte_size))
-                )
-                first += group.num_rows
+        self._check_columns(self._schema.names, full_url(*files[0]))
+        pieces = _row_group_pieces(files, metas)
         if self.num_shards is None:
             spans, weights = cut_to_target(
                 [p[3] for p in pieces], [p[4] for p in pieces], self.target_shard_bytes
@@ -131,6 +117,13 @@ class ParquetSource:
         payloads = [self._payload(run, pieces) for run in runs]
         log_short_plan("read_parquet", self.num_shards, len(payloads), f"{total_rows} rows")
         return make_shards(payloads, source="read_parquet")
+
+    def _check_columns(self, names: list[str], first_url: str) -> None:
+        missing = [c for c in self.columns or () if c not in names]
+        if missing:
+            raise ValueError(
+                f"read_parquet: columns {missing} are not in {first_url} (it has {names})"
+            )
 
     @staticmethod
     def _payload(run: list[RowSpan], pieces: list[tuple]) -> tuple[FileRows, ...]:
@@ -163,3 +156,17 @@ class ParquetSource:
                     yield apply_fields(pa.Table.from_batches([batch]), self.fields, where=where)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise ValueError(f"{where}: cannot read the file: {exc}") from exc
+
+
+def _row_group_pieces(files: list, metas: list) -> list[tuple[str, int, int, int, int]]:
+    """Every row group of ``files`` as (url, row group, its first row in the file, rows, bytes)."""
+    pieces = []
+    for (fs, path), meta in zip(files, metas, strict=True):
+        first = 0
+        for rg in range(meta.num_row_groups):
+            group = meta.row_group(rg)
+            pieces.append(
+                (full_url(fs, path), rg, first, group.num_rows, max(1, group.total_byte_size))
+            )
+            first += group.num_rows
+    return pieces
