@@ -19,7 +19,8 @@ from ..sources.base import Shard, check_shard_ids
 from ..sources.row_ranges import ShardHint
 from ..validation import check_positive
 from ..vocabulary import Format, LanceMode
-from .steps import Step, make_step
+from .step_factory import make_step
+from .steps import Step
 
 if TYPE_CHECKING:  # sequence.py builds on this module
     from .sequence import PipelineSequence
