@@ -55,7 +55,7 @@ from bench.bench_s3_assets import start_servers  # noqa: E402
 from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.manifests import reading  # noqa: E402
 from refiner_dagster import fanout  # noqa: E402
-from refiner_dagster.fanout_steps import finalize_step  # noqa: E402
+from refiner_dagster.fanout_finalize import finalize_step  # noqa: E402
 from tests.s3_server import DUMMY_KEY, DUMMY_SECRET, REGION, dummy_aws_env  # noqa: E402
 
 MEDIA_ENV = "REFINER_BENCH_FINALIZE_MEDIA"

@@ -37,6 +37,7 @@ from typing import Any
 import dagster as dg
 
 from .checks import AUDITS_KEY, DEFAULT_SAMPLE_SIZE, DEFAULT_SAMPLE_THRESHOLD
+from .fanout_finalize import finalize_step
 from .fanout_range import PUBLISHED_TYPE, finalize_range
 from .fanout_steps import (
     DATASET_OUTPUT,
@@ -47,7 +48,6 @@ from .fanout_steps import (
     FanoutTask,
     PipelineFn,
     attempt_id_for,
-    finalize_step,
     plan_step,
     write_step,
 )

@@ -22,13 +22,8 @@ from typing import Any
 
 import dagster as dg
 
-from .fanout_steps import (
-    DATASET_OUTPUT,
-    FanoutPlan,
-    FanoutSpec,
-    version_metadata,
-    written_version,
-)
+from .fanout_finalize import version_metadata, written_version
+from .fanout_steps import DATASET_OUTPUT, FanoutPlan, FanoutSpec
 from .publish import AuditFailedError
 from .storage import DatasetVersion
 
