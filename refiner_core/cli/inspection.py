@@ -104,45 +104,49 @@ def _block_tables(output: StoredOutput, show_all: bool) -> list[Table]:
     tables = []
     stats = column_blocks(media, output.target_bytes)
     if stats:
-        table = Table(title="Blocks per column", title_justify="left")
-        for name in ("column", "blocks", "bytes", "smallest", "median", "largest"):
-            table.add_column(name, justify="right" if name != "column" else "left", no_wrap=True)
-        table.add_column("blocks per 10 % of fill", no_wrap=True)
-        for s in stats:
-            histogram = " ".join(str(n) for n in fill_histogram(s.fills))
-            table.add_row(
-                s.column,
-                str(s.count),
-                human_bytes(s.total),
-                human_bytes(s.smallest),
-                human_bytes(s.median),
-                human_bytes(s.largest),
-                histogram,
-            )
-        base = "the block size target" if stats[0].target_known else "the largest block"
-        table.caption = f"fill: block size / {base} ({human_bytes(stats[0].target)}), 10 bins"
-        tables.append(table)
-        listing = Table(title="Blocks", title_justify="left")
-        for name in ("file", "size", "fill"):
-            listing.add_column(name, justify="left" if name == "file" else "right", no_wrap=True)
-        target = stats[0].target
-        shown = blocks if show_all else blocks[:MAX_BLOCKS_SHOWN]
-        for f in shown:
-            relative = f"{f.attempt_dir}/{f.column}/{f.name}"
-            listing.add_row(relative, human_bytes(f.size), f"{min(f.size / target, 1):.0%}")
-        if len(shown) < len(blocks):
-            listing.caption = f"{len(blocks) - len(shown)} more; --all lists every block"
-        tables.append(listing)
+        tables.append(_blocks_per_column(stats))
+        tables.append(_block_listing(blocks, stats[0].target, show_all))
     copied = [f for f in media if not f.is_block]
     if copied:
-        table = Table(title="Copied files per column", title_justify="left")
-        for name in ("column", "files", "bytes"):
-            table.add_column(name, no_wrap=True)
-        for column in sorted({f.column for f in copied}):
-            mine = [f.size for f in copied if f.column == column]
-            table.add_row(column, str(len(mine)), human_bytes(sum(mine)))
-        tables.append(table)
+        tables.append(_copied_per_column(copied))
     return tables
+
+
+def _blocks_per_column(stats: list) -> Table:
+    table = Table(title="Blocks per column", title_justify="left")
+    for name in ("column", "blocks", "bytes", "smallest", "median", "largest"):
+        table.add_column(name, justify="right" if name != "column" else "left", no_wrap=True)
+    table.add_column("blocks per 10 % of fill", no_wrap=True)
+    for s in stats:
+        histogram = " ".join(str(n) for n in fill_histogram(s.fills))
+        sizes = (s.total, s.smallest, s.median, s.largest)
+        table.add_row(s.column, str(s.count), *(human_bytes(v) for v in sizes), histogram)
+    base = "the block size target" if stats[0].target_known else "the largest block"
+    table.caption = f"fill: block size / {base} ({human_bytes(stats[0].target)}), 10 bins"
+    return table
+
+
+def _block_listing(blocks: list, target: int, show_all: bool) -> Table:
+    listing = Table(title="Blocks", title_justify="left")
+    for name in ("file", "size", "fill"):
+        listing.add_column(name, justify="left" if name == "file" else "right", no_wrap=True)
+    shown = blocks if show_all else blocks[:MAX_BLOCKS_SHOWN]
+    for f in shown:
+        relative = f"{f.attempt_dir}/{f.column}/{f.name}"
+        listing.add_row(relative, human_bytes(f.size), f"{min(f.size / target, 1):.0%}")
+    if len(shown) < len(blocks):
+        listing.caption = f"{len(blocks) - len(shown)} more; --all lists every block"
+    return listing
+
+
+def _copied_per_column(copied: list) -> Table:
+    table = Table(title="Copied files per column", title_justify="left")
+    for name in ("column", "files", "bytes"):
+        table.add_column(name, no_wrap=True)
+    for column in sorted({f.column for f in copied}):
+        mine = [f.size for f in copied if f.column == column]
+        table.add_row(column, str(len(mine)), human_bytes(sum(mine)))
+    return table
 
 
 def _counters_table(output: StoredOutput) -> Table:
