@@ -45,16 +45,10 @@ def nested_list_array(values: list[Any]) -> pa.Array | None:
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return None
-    first = next((v for v in values if v is not None), None)
-    if not isinstance(first, numpy.ndarray) or first.ndim < 2 or first.dtype.kind == "O":
-        return None  # the common case, told by one cell
-    arrays = [v for v in values if v is not None]
-    if not all(isinstance(v, numpy.ndarray) for v in arrays):
+    arrays = _uniform_arrays(numpy, values)
+    if arrays is None:
         return None
-    if any(v.ndim != first.ndim or v.dtype != first.dtype for v in arrays):
-        return None
-    if sum(v.size for v in arrays) > _MAX_OFFSET:
-        return None
+    first = arrays[0]
     shapes = numpy.array([v.shape for v in arrays], dtype=numpy.int64)
     column = pa.array(numpy.concatenate([v.reshape(-1) for v in arrays]))
     for level in range(first.ndim - 1, 0, -1):  # innermost lists first
@@ -65,6 +59,22 @@ def nested_list_array(values: list[Any]) -> pa.Array | None:
     lengths[~missing] = shapes[:, 0]
     mask = pa.array(missing) if missing.any() else None
     return pa.ListArray.from_arrays(_offsets(numpy, lengths), column, mask=mask)
+
+
+def _uniform_arrays(numpy: Any, values: list[Any]) -> list[Any] | None:
+    """The non-null ``values`` when all are N-D (N >= 2) arrays of one dtype and rank that
+    fit int32 list offsets, else ``None``."""
+    first = next((v for v in values if v is not None), None)
+    if not isinstance(first, numpy.ndarray) or first.ndim < 2 or first.dtype.kind == "O":
+        return None  # the common case, told by one cell
+    arrays = [v for v in values if v is not None]
+    if not all(isinstance(v, numpy.ndarray) for v in arrays):
+        return None
+    if any(v.ndim != first.ndim or v.dtype != first.dtype for v in arrays):
+        return None
+    if sum(v.size for v in arrays) > _MAX_OFFSET:
+        return None
+    return arrays
 
 
 def _offsets(numpy: Any, lengths: Any) -> pa.Array:
