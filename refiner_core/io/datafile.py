@@ -80,6 +80,25 @@ def is_s3(fs: fsspec.AbstractFileSystem) -> bool:
     return "s3" in protocol or "s3a" in protocol
 
 
+def read_object(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """The whole file at ``path``, in one ``GET`` on S3; ``FileNotFoundError`` when it
+    does not exist.
+
+    Given no range, s3fs asks for the object's size first (a ``HEAD``) to split large
+    objects into concurrent ranged reads; the small records read this way are fetched
+    whole instead.
+
+    >>> import os, tempfile, fsspec
+    >>> path = os.path.join(tempfile.mkdtemp(), "record.json")
+    >>> _ = open(path, "wb").write(b"{}")
+    >>> read_object(fsspec.filesystem("file"), path)
+    b'{}'
+    """
+    if is_s3(fs):
+        return fs.cat_file(path, max_concurrency=1)
+    return fs.cat_file(path)
+
+
 def resolve(url: str, storage_options: dict[str, Any] | None = None):
     """Return ``(fs, path)`` for ``url``; installs the s3 multipart writer for s3fs."""
     if not isinstance(url, str) or not url:
@@ -245,13 +264,13 @@ class DataFolder:
             self.fs.rm(path, recursive=recursive)
 
     def read_bytes(self, relative: str) -> bytes:
-        """The whole file; never answered from a directory listing cached before another
-        process wrote it (s3fs sizes an object from its cached listing first)."""
+        """The whole file (one ``GET`` on S3, :func:`read_object`); never answered from a
+        directory listing cached before another process wrote it."""
         path = self.join(relative)
         if not is_local(self.fs):
             self.fs.invalidate_cache(path)
         with self._context("GetObject", path):
-            return self.fs.cat_file(path)
+            return read_object(self.fs, path)
 
     def _context(self, operation: str, path: str) -> contextlib.AbstractContextManager:
         """On S3, errors of the block name ``operation``, the object and the attempts."""
