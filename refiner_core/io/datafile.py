@@ -222,12 +222,22 @@ class DataFolder:
         base = self.join(relative) if relative else self.path
         try:
             with self._context("ListObjectsV2", base):
-                entries = self.fs.ls(base, detail=False, refresh=True)
+                entries = self._entries(base)
         except FileNotFoundError:
             return []
         return sorted(
             e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != base.rstrip("/")
         )
+
+    def _entries(self, base: str) -> list[str]:
+        fs = self.fs
+        if is_s3(fs):
+            # one listing: s3fs's ls lists the parent folder too when ``base`` has no entries
+            import fsspec.asyn
+
+            found = fsspec.asyn.sync(fs.loop, fs._lsdir, base, refresh=True)
+            return [entry["name"] for entry in found]
+        return fs.ls(base, detail=False, refresh=True)
 
     def same_filesystem(self, fs: fsspec.AbstractFileSystem) -> bool:
         """Whether files on ``fs`` can be copied into this folder by :meth:`copy_from`."""
@@ -259,9 +269,20 @@ class DataFolder:
         return path
 
     def rm(self, relative: str, recursive: bool = False) -> None:
+        """Delete ``relative`` (with everything below it when ``recursive``); nothing
+        there is no error. On S3 a recursive delete of nothing costs one listing."""
         path = self.join(relative)
         with contextlib.suppress(FileNotFoundError), self._context("DeleteObjects", path):
+            if recursive and is_s3(self.fs) and not self._holds(relative):
+                return
             self.fs.rm(path, recursive=recursive)
+
+    def _holds(self, relative: str) -> bool:
+        """Whether S3 has an object at ``relative`` or below it, by one listing of the keys
+        starting with it (s3fs otherwise asks ``HEAD`` and two listings per level)."""
+        path = self.join(relative)
+        found = self.fs.find(self.path, prefix=relative)
+        return any(p == path or p.startswith(path + "/") for p in found)
 
     def read_bytes(self, relative: str) -> bytes:
         """The whole file (one ``GET`` on S3, :func:`read_object`); never answered from a
