@@ -80,6 +80,12 @@ def is_s3(fs: fsspec.AbstractFileSystem) -> bool:
     return "s3" in protocol or "s3a" in protocol
 
 
+def is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is s3fs's filesystem (the one whose requests :func:`read_object` and
+    :class:`DataFolder` trim)."""
+    return is_s3(fs) and hasattr(fs, "_lsdir") and hasattr(fs, "max_concurrency")
+
+
 def read_object(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     """The whole file at ``path``, in one ``GET`` on S3; ``FileNotFoundError`` when it
     does not exist.
@@ -94,7 +100,7 @@ def read_object(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     >>> read_object(fsspec.filesystem("file"), path)
     b'{}'
     """
-    if is_s3(fs):
+    if is_s3fs(fs):
         return fs.cat_file(path, max_concurrency=1)
     return fs.cat_file(path)
 
@@ -231,7 +237,7 @@ class DataFolder:
 
     def _entries(self, base: str) -> list[str]:
         fs = self.fs
-        if is_s3(fs):
+        if is_s3fs(fs):
             # one listing: s3fs's ls lists the parent folder too when ``base`` has no entries
             import fsspec.asyn
 
@@ -273,7 +279,7 @@ class DataFolder:
         there is no error. On S3 a recursive delete of nothing costs one listing."""
         path = self.join(relative)
         with contextlib.suppress(FileNotFoundError), self._context("DeleteObjects", path):
-            if recursive and is_s3(self.fs) and not self._holds(relative):
+            if recursive and is_s3fs(self.fs) and not self._holds(relative):
                 return
             self.fs.rm(path, recursive=recursive)
 
