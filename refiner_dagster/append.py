@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 import refiner_core as mdr
 from refiner_core import integration
 from refiner_core.io import Inheritance, read_inheritance, write_inheritance
+from refiner_core.io.inheritance import INHERITS_PATH
 
 from .storage import DatasetVersion
 
@@ -122,12 +123,10 @@ def inheritance_after(parent: DatasetVersion) -> Inheritance:
             f"{parent.describe()} has no finalization summary, so there is nothing to append "
             "to; materialize the asset once without refiner/mode: append"
         )
-    own_files = [
-        posixpath.relpath(p, folder)
-        for p in fs.find(folder)
-        if not posixpath.relpath(p, folder).startswith(_PRIVATE_DIR + "/")
-    ]
-    before = read_inheritance(fs, folder) or Inheritance(parent.name, (), (), 0)
+    found = [posixpath.relpath(p, folder) for p in fs.find(folder)]
+    own_files = [p for p in found if not p.startswith(_PRIVATE_DIR + "/")]
+    inherited = read_inheritance(fs, folder) if INHERITS_PATH in found else None
+    before = inherited or Inheritance(parent.name, (), (), 0)
     return before.extended(
         parent.name, list(summary.files), sorted(own_files), summary.rows_written
     )
@@ -135,6 +134,9 @@ def inheritance_after(parent: DatasetVersion) -> Inheritance:
 
 def version_inheritance(version: DatasetVersion) -> Inheritance | None:
     """The inheritance ``version`` records (``None`` for a version written whole)."""
+    mode = version.record.get("mode")
+    if mode is not None and mode != APPEND:  # written whole: it inherits nothing
+        return None
     return read_inheritance(version.folder.fs, posixpath.join(version.folder.path, version.name))
 
 

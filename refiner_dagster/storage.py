@@ -47,6 +47,7 @@ from refiner_core.io import (
     CURRENT_POINTER,
     VERSION_PREFIX,
     VERSIONS_DIR,
+    map_in_order,
     moved_pointer,
     read_pointer,
 )
@@ -62,6 +63,9 @@ _POINTER_ONLY = ("history", "rolled_back", "version", "url")
 # Keys the pointer does not copy from the record: an append's (long) list of shared files.
 _RECORD_ONLY = ("inherits",)
 _FORMATS: dict[str, DatasetFormat] = {name: name for name in DATASET_FORMATS}
+
+# Version records read at once when listing a dataset's versions.
+_RECORD_READERS = 8
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _HEX = re.compile(r"[^0-9a-f]")
@@ -238,15 +242,20 @@ class DatasetStorage:
     ) -> list[DatasetVersion]:
         """Every recorded version, oldest first."""
         folder = self.partition_folder(asset_path, partition_key)
-        found = []
-        for relative in folder.find(VERSIONS_DIR):
-            base = relative.rsplit("/", 1)[-1]
-            if not (base.startswith(VERSION_PREFIX) and base.endswith(".json")):
-                continue
-            record = json.loads(folder.read_bytes(relative))
-            found.append(
-                DatasetVersion(self, list(asset_path), partition_key, base[: -len(".json")], record)
-            )
+        names = [
+            base[: -len(".json")]
+            for base in (relative.rsplit("/", 1)[-1] for relative in folder.find(VERSIONS_DIR))
+            if base.startswith(VERSION_PREFIX) and base.endswith(".json")
+        ]
+        records = map_in_order(
+            lambda name: json.loads(folder.read_bytes(f"{VERSIONS_DIR}/{name}.json")),
+            names,
+            max_workers=_RECORD_READERS,
+        )
+        found = [
+            DatasetVersion(self, list(asset_path), partition_key, name, record)
+            for name, record in zip(names, records, strict=True)
+        ]
         return sorted(found, key=lambda v: (v.record.get("created_at", 0.0), v.name))
 
     def record(self, version: DatasetVersion, **changes: Any) -> None:
@@ -371,8 +380,8 @@ class DatasetStorage:
         run's whole finalization must not move readers back, so it is checked again
         right before the pointer is written.
         """
-        self.refuse_superseded(version)
         previous = self._pointer(version.asset_path, version.partition_key)
+        self._refuse_superseded_by(version, self._pointed(version, previous))
         parent = previous["version"] if previous is not None else None
         if parent == version.name:  # finalized again: keep the parent it had
             parent = version.record.get("parent")
@@ -415,7 +424,19 @@ class DatasetStorage:
 
     def refuse_superseded(self, version: DatasetVersion) -> None:
         """Raise :class:`SupersededError` when a newer version than ``version`` is published."""
-        current = self.current(version.asset_path, version.partition_key)
+        self._refuse_superseded_by(version, self.current(version.asset_path, version.partition_key))
+
+    def _pointed(self, version: DatasetVersion, pointer: dict | None) -> DatasetVersion | None:
+        """The version ``pointer`` (of ``version``'s dataset) publishes."""
+        if pointer is None:
+            return None
+        return DatasetVersion(
+            self, list(version.asset_path), version.partition_key, pointer["version"], pointer
+        )
+
+    def _refuse_superseded_by(
+        self, version: DatasetVersion, current: DatasetVersion | None
+    ) -> None:
         if (
             current is not None
             and current.name != version.name
@@ -445,11 +466,8 @@ class DatasetStorage:
         newest ``keep_versions``, and those readers saw within ``keep_for``) are kept.
         """
         created = published.record.get("created_at", 0.0)
-        others = [
-            v
-            for v in self.versions(published.asset_path, published.partition_key)
-            if v.name != published.name
-        ]
+        listed = self.versions(published.asset_path, published.partition_key)
+        others = [v for v in listed if v.name != published.name]
         earlier = {
             v.name: v.record.get("published_at", 0.0) for v in others if v.state == PUBLISHED
         }
@@ -469,9 +487,11 @@ class DatasetStorage:
         doomed += [by_name[n] for n in expired if not _known_live(by_name[n], is_live)]
         gone = {v.name for v in doomed}
         remaining = [v for v in others if v.name not in gone]
-        remaining.append(
+        # its record as just listed (the pointer ``published`` carries drops ``inherits``)
+        own = [v for v in listed if v.name == published.name]
+        remaining += own or [
             self.version(published.asset_path, published.partition_key, published.name)
-        )
+        ]
         keep = shared_files(remaining)
         removed = []
         for v in doomed:

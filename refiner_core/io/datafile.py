@@ -80,6 +80,31 @@ def is_s3(fs: fsspec.AbstractFileSystem) -> bool:
     return "s3" in protocol or "s3a" in protocol
 
 
+def is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is s3fs's filesystem (the one whose requests :func:`read_object` and
+    :class:`DataFolder` trim)."""
+    return is_s3(fs) and hasattr(fs, "_lsdir") and hasattr(fs, "max_concurrency")
+
+
+def read_object(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """The whole file at ``path``, in one ``GET`` on S3; ``FileNotFoundError`` when it
+    does not exist.
+
+    Given no range, s3fs asks for the object's size first (a ``HEAD``) to split large
+    objects into concurrent ranged reads; the small records read this way are fetched
+    whole instead.
+
+    >>> import os, tempfile, fsspec
+    >>> path = os.path.join(tempfile.mkdtemp(), "record.json")
+    >>> _ = open(path, "wb").write(b"{}")
+    >>> read_object(fsspec.filesystem("file"), path)
+    b'{}'
+    """
+    if is_s3fs(fs):
+        return fs.cat_file(path, max_concurrency=1)
+    return fs.cat_file(path)
+
+
 def resolve(url: str, storage_options: dict[str, Any] | None = None):
     """Return ``(fs, path)`` for ``url``; installs the s3 multipart writer for s3fs."""
     if not isinstance(url, str) or not url:
@@ -203,12 +228,22 @@ class DataFolder:
         base = self.join(relative) if relative else self.path
         try:
             with self._context("ListObjectsV2", base):
-                entries = self.fs.ls(base, detail=False, refresh=True)
+                entries = self._entries(base)
         except FileNotFoundError:
             return []
         return sorted(
             e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != base.rstrip("/")
         )
+
+    def _entries(self, base: str) -> list[str]:
+        fs = self.fs
+        if is_s3fs(fs):
+            # one listing: s3fs's ls lists the parent folder too when ``base`` has no entries
+            import fsspec.asyn
+
+            found = fsspec.asyn.sync(fs.loop, fs._lsdir, base, refresh=True)
+            return [entry["name"] for entry in found]
+        return fs.ls(base, detail=False, refresh=True)
 
     def same_filesystem(self, fs: fsspec.AbstractFileSystem) -> bool:
         """Whether files on ``fs`` can be copied into this folder by :meth:`copy_from`."""
@@ -240,18 +275,29 @@ class DataFolder:
         return path
 
     def rm(self, relative: str, recursive: bool = False) -> None:
+        """Delete ``relative`` (with everything below it when ``recursive``); nothing
+        there is no error. On S3 a recursive delete of nothing costs one listing."""
         path = self.join(relative)
         with contextlib.suppress(FileNotFoundError), self._context("DeleteObjects", path):
+            if recursive and is_s3fs(self.fs) and not self._holds(relative):
+                return
             self.fs.rm(path, recursive=recursive)
 
+    def _holds(self, relative: str) -> bool:
+        """Whether S3 has an object at ``relative`` or below it, by one listing of the keys
+        starting with it (s3fs otherwise asks ``HEAD`` and two listings per level)."""
+        path = self.join(relative)
+        found = self.fs.find(self.path, prefix=relative)
+        return any(p == path or p.startswith(path + "/") for p in found)
+
     def read_bytes(self, relative: str) -> bytes:
-        """The whole file; never answered from a directory listing cached before another
-        process wrote it (s3fs sizes an object from its cached listing first)."""
+        """The whole file (one ``GET`` on S3, :func:`read_object`); never answered from a
+        directory listing cached before another process wrote it."""
         path = self.join(relative)
         if not is_local(self.fs):
             self.fs.invalidate_cache(path)
         with self._context("GetObject", path):
-            return self.fs.cat_file(path)
+            return read_object(self.fs, path)
 
     def _context(self, operation: str, path: str) -> contextlib.AbstractContextManager:
         """On S3, errors of the block name ``operation``, the object and the attempts."""

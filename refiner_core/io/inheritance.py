@@ -37,6 +37,8 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from .datafile import is_s3, read_object
+
 INHERITS_PATH = "_refiner/inherits.json"
 
 
@@ -95,8 +97,7 @@ def read_inheritance(fs: Any, version_folder: str) -> Inheritance | None:
     """The inheritance recorded in ``version_folder``, or ``None`` (not an appended version)."""
     path = posixpath.join(version_folder.rstrip("/"), INHERITS_PATH)
     try:
-        with fs.open(path, "rb") as f:
-            data = json.load(f)
+        data = json.loads(read_object(fs, path))
     except FileNotFoundError:
         return None
     except ValueError as exc:
@@ -107,7 +108,8 @@ def read_inheritance(fs: Any, version_folder: str) -> Inheritance | None:
 def write_inheritance(fs: Any, version_folder: str, inheritance: Inheritance) -> None:
     """Record ``inheritance`` in ``version_folder`` (before the version's shards are written)."""
     path = posixpath.join(version_folder.rstrip("/"), INHERITS_PATH)
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    if not is_s3(fs):  # S3 has no folders: making one only asks whether the bucket exists
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
     with fs.open(path, "wb") as f:
         f.write(json.dumps(inheritance.as_json(), indent=1).encode())
 

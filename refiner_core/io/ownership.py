@@ -411,6 +411,8 @@ class OutputOwnership:
         return f"{OWNERS_DIR}/{_record_name(generation)}"
 
     def _forget_older(self, generation: int) -> None:
+        if generation == 1:  # the first owner: there is no older record to list
+            return
         for older in _generations(self.folder):
             if older < generation:
                 self.folder.rm(self._relative(older))

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import RefinerError
-from .datafile import full_url
+from .datafile import full_url, read_object
 from .version_history import check_as_of, first_published, utc, version_at
 
 CURRENT_POINTER = "_current.json"
@@ -62,8 +62,7 @@ def read_pointer(fs: Any, folder: str) -> dict[str, Any] | None:
     # from before the last publish would make the read fail or return the old pointer
     fs.invalidate_cache(path)
     try:
-        with fs.open(path, "rb") as f:
-            data = f.read()
+        data = read_object(fs, path)
     except FileNotFoundError:
         return None
     try:
