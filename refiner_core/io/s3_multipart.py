@@ -25,14 +25,12 @@ unchanged.
 
 from __future__ import annotations
 
-import base64
 import io
 import logging
 import math
 import os
 import posixpath
 import threading
-import zlib
 from types import TracebackType
 from typing import IO, Any
 
@@ -90,9 +88,6 @@ def take_failed_aborts() -> list[dict[str, str]]:
 
 class _PartBuffer(io.BytesIO):
     """One part's bytes, sent as a file object so aiohttp streams it without a copy."""
-
-    checksum: dict[str, str] | None = None
-    """The part's checksum as UploadPart parameters, once the writer computed it."""
 
 
 def _rewind_part_body(params: dict[str, Any], **_: Any) -> None:
@@ -219,14 +214,7 @@ class BatchedS3File(_STOCK_S3FILE):
         size = part.tell()
         if not size:
             return
-        assert isinstance(part, _PartBuffer)  # write() swapped it in before filling it
         part.seek(0)
-        if (self._checksum_algorithm or "").upper() == "CRC32":
-            # Summed here, while earlier parts are in flight, rather than by botocore on
-            # the event loop's thread just before the part can leave.
-            with part.getbuffer() as view:
-                crc = zlib.crc32(view).to_bytes(4, "big")
-            part.checksum = {"ChecksumCRC32": base64.b64encode(crc).decode()}
         self._operation = "UploadPart"
         self._window.submit(self._next_part, part)
         self._next_part += 1
@@ -248,7 +236,6 @@ class BatchedS3File(_STOCK_S3FILE):
             PartNumber=number,
             UploadId=self.mpu["UploadId"],
             Body=part,
-            **(part.checksum or {}),
         )
         header = {"PartNumber": number, "ETag": out["ETag"]}
         if self._checksum_algorithm is not None:
