@@ -10,6 +10,13 @@ including an exception escaping ``with fs.open(path, "wb")``, stops sending, wai
 for the parts in flight and aborts the multipart upload, so no object and no open
 upload remain at the key.
 
+Each upload declares the checksum its parts carry: the ``ChecksumAlgorithm`` given in
+``s3_additional_kwargs``, or else CRC32, the one botocore already computes for every
+part unless its ``request_checksum_calculation`` is ``"when_required"`` (then none, as
+in stock s3fs). S3 then checks each part against it and stores the object with a
+composite checksum of the parts, as boto3's ``upload_fileobj`` does, rather than
+ignoring the parts' checksums and computing a whole-object checksum on Complete.
+
 Creating, completing and aborting uploads, credentials, endpoints, retries
 (``fs.retries``), the event loop and the directory cache are s3fs's own; only the
 part window and the failure path differ. Reads and every other fsspec backend are
@@ -110,11 +117,13 @@ class BatchedS3File(_STOCK_S3FILE):
     forced: bool
     closed: bool
     mpu: dict[str, Any] | None
+    s3_additional_kwargs: dict[str, Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._window: PartWindow | None = None  # created with the multipart upload
         self._next_part = 1
         self._operation = "write"  # the S3 call under way, named by errors
+        self._checksum_algorithm: str | None = None  # declared when the upload is created
         super().__init__(*args, **kwargs)
 
     def write(self, data: Any) -> int:
@@ -197,6 +206,7 @@ class BatchedS3File(_STOCK_S3FILE):
         if self._window is None:
             self.offset = 0
             self._operation = "CreateMultipartUpload"
+            self._declare_part_checksum()
             self._initiate_upload()
             self._window = PartWindow(self.fs.loop, self._send_part, size=WINDOW_PARTS)
             self._next_part = len(self.parts) + 1  # after a copied part in append mode
@@ -228,9 +238,27 @@ class BatchedS3File(_STOCK_S3FILE):
             Body=part,
         )
         header = {"PartNumber": number, "ETag": out["ETag"]}
-        if "ChecksumSHA256" in out:
-            header["ChecksumSHA256"] = out["ChecksumSHA256"]
+        if self._checksum_algorithm is not None:
+            member = f"Checksum{self._checksum_algorithm.upper()}"
+            if member in out:
+                header[member] = out[member]
         return header
+
+    def _declare_part_checksum(self) -> None:
+        """Choose the checksum algorithm that CreateMultipartUpload declares and each
+        UploadPart carries: the caller's ``ChecksumAlgorithm``, else CRC32 while botocore
+        computes checksums whenever an operation supports them."""
+        given = {**self.fs.s3_additional_kwargs, **self.s3_additional_kwargs}
+        algorithm = given.get("ChecksumAlgorithm")
+        if algorithm is None and not self.append_block:  # a copied first part has none
+            config = self.fs.s3.meta.config
+            if getattr(config, "request_checksum_calculation", None) == "when_supported":
+                algorithm = "CRC32"
+                self.s3_additional_kwargs = {
+                    **self.s3_additional_kwargs,
+                    "ChecksumAlgorithm": algorithm,
+                }
+        self._checksum_algorithm = algorithm
 
     def _check_part_count(self) -> None:
         parts = self._next_part - 1 + (1 if self.buffer.tell() else 0)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import random
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 from xml.etree import ElementTree
@@ -185,6 +187,71 @@ def test_bytes_round_trip_whatever_the_size(s3_server, s3_bucket, s3_proxy, size
         (complete,) = s3_proxy.records("CompleteMultipartUpload")
         assert completed_part_numbers(complete.body) == list(range(1, parts + 1))
     assert s3_server.open_uploads(s3_bucket) == []
+
+
+def part_crc32s(data: bytes, part: int) -> list[bytes]:
+    return [
+        zlib.crc32(data[start : start + part]).to_bytes(4, "big")
+        for start in range(0, len(data), part)
+    ]
+
+
+def composite_crc32(data: bytes, part: int) -> str:
+    """S3's composite CRC32 of a multipart object: the CRC32 of its parts' CRC32s."""
+    crc = zlib.crc32(b"".join(part_crc32s(data, part))).to_bytes(4, "big")
+    return base64.b64encode(crc).decode()
+
+
+def test_the_upload_declares_the_crc32_its_parts_carry(s3_server, s3_bucket, s3_proxy) -> None:
+    fs = filesystem(s3_proxy.storage_options())
+    data = payload(3 * PART + 5)
+    with fs.open(f"{s3_bucket}/summed.bin", "wb") as f:
+        write_in_pieces(f, data)
+
+    attributes = s3_server.client().get_object_attributes(
+        Bucket=s3_bucket, Key="summed.bin", ObjectAttributes=["Checksum"]
+    )
+    # S3 kept every part's checksum and combined them, rather than summing the object again.
+    assert attributes["Checksum"]["ChecksumType"] == "COMPOSITE"
+    assert attributes["Checksum"]["ChecksumCRC32"].split("-")[0] == composite_crc32(data, PART)
+    (complete,) = s3_proxy.records("CompleteMultipartUpload")
+    assert complete.body is not None
+    named = [
+        n.text for n in ElementTree.fromstring(complete.body).iter() if n.tag.endswith("CRC32")
+    ]
+    assert named == [base64.b64encode(crc).decode() for crc in part_crc32s(data, PART)]
+
+    # With botocore's checksums only where required, no part carries one to declare.
+    s3_proxy.clear()
+    quiet = filesystem(
+        s3_proxy.storage_options(config_kwargs={"request_checksum_calculation": "when_required"}),
+        skip_instance_cache=True,
+    )
+    with quiet.open(f"{s3_bucket}/plain.bin", "wb") as f:
+        write_in_pieces(f, data)
+    attributes = s3_server.client().get_object_attributes(
+        Bucket=s3_bucket, Key="plain.bin", ObjectAttributes=["Checksum"]
+    )
+    assert "ChecksumCRC32" not in attributes.get("Checksum", {})
+    (complete,) = s3_proxy.records("CompleteMultipartUpload")
+    assert complete.body is not None and b"Checksum" not in complete.body
+    assert quiet.cat(f"{s3_bucket}/plain.bin") == fs.cat(f"{s3_bucket}/summed.bin") == data
+
+
+def test_a_checksum_algorithm_the_caller_chose_is_kept(s3_server, s3_bucket, s3_proxy) -> None:
+    fs = filesystem(s3_proxy.storage_options(), s3_additional_kwargs={"ChecksumAlgorithm": "SHA1"})
+    data = payload(2 * PART + 1)
+    with fs.open(f"{s3_bucket}/sha.bin", "wb") as f:
+        write_in_pieces(f, data)
+
+    # Complete names each part's SHA-1, as S3 requires of an upload created with one.
+    (complete,) = s3_proxy.records("CompleteMultipartUpload")
+    assert complete.body is not None and complete.body.count(b"<ChecksumSHA1>") == 3
+    attributes = s3_server.client().get_object_attributes(
+        Bucket=s3_bucket, Key="sha.bin", ObjectAttributes=["Checksum"]
+    )
+    assert set(attributes["Checksum"]) == {"ChecksumSHA1", "ChecksumType"}
+    assert fs.cat(f"{s3_bucket}/sha.bin") == data
 
 
 def test_small_file_is_one_put(s3_bucket, s3_proxy) -> None:
