@@ -168,6 +168,11 @@ HOOKS: tuple[Hook, ...] = (
             or _method(_filesystem, "get_s3", "bucket", coroutine=True)()
         ),
     ),
+    Hook(
+        "s3fs.S3FileSystem._lsdir",
+        "io.datafile.DataFolder._entries (one listing of a folder)",
+        _method(_filesystem, "_lsdir", "path", "refresh", coroutine=True),
+    ),
     Hook("fsspec.asyn.loop / iothread", "io.datafile (at fork)", _event_loop_slots),
     Hook("fsspec filesystem class _cache", "io.datafile (at fork)", _instance_cache),
 )
