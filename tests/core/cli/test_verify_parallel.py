@@ -112,3 +112,47 @@ def test_the_verify_command_takes_a_thread_count(tmp_path):
         assert "3 rows, 3 blob references, 0 file paths, 3 checksums" in done.output
     refused = CliRunner().invoke(main, ["verify", out, "--threads", "0"])
     assert refused.exit_code == 2 and "--threads" in refused.output
+
+
+def test_a_small_table_file_on_s3_is_read_with_one_request(
+    tmp_path, s3_bucket, s3_storage_options, s3_proxy
+):
+    out = f"s3://{s3_bucket}/out"
+    _write(out, tmp_path, 4, s3_storage_options)
+    output = open_output(out, s3_proxy.storage_options())
+    for threads in (1, 4):
+        s3_proxy.clear()
+        report = verify_output(output, threads=threads)
+        assert report.ok and report.rows == 4
+        # verify's existence check sizes each file once, its rows then take one GET
+        # (and the first file one more, for the schema)
+        for i, name in enumerate(output.tables):
+            kinds = sorted(r.kind for r in s3_proxy.records() if r.path.endswith(name))
+            assert kinds == ["GetObject"] * (2 if i == 0 else 1) + ["HeadObject"], (threads, kinds)
+    [name] = output.tables[:1]
+    url = f"s3://{s3_bucket}/out/{name}"
+    s3_proxy.clear()
+    rows = read_table_rows(
+        url, "parquet", columns=["image"], storage_options=output.storage_options
+    )
+    assert len(rows) == 1 and set(rows[0]) == {"image"}
+    assert [r.kind for r in s3_proxy.records()] == ["GetObject"]
+
+
+def test_table_files_on_s3_past_the_one_request_size_and_empty_ones_are_read_whole(
+    s3_bucket, s3_storage_options
+):
+    import s3fs
+
+    from refiner_core.io.parallel_reads import WHOLE_READ_BYTES
+
+    fs = s3fs.S3FileSystem(**s3_storage_options)
+    big = [{"n": i, "text": "x" * 200} for i in range(WHOLE_READ_BYTES // 200 + 10)]
+    fs.pipe(
+        f"{s3_bucket}/big.jsonl",
+        b"".join(b'{"n": %d, "text": "%s"}\n' % (row["n"], row["text"].encode()) for row in big),
+    )
+    fs.pipe(f"{s3_bucket}/empty.jsonl", b"")
+    options = s3_storage_options
+    assert read_table_rows(f"s3://{s3_bucket}/big.jsonl", "jsonl", storage_options=options) == big
+    assert read_table_rows(f"s3://{s3_bucket}/empty.jsonl", "jsonl", storage_options=options) == []
