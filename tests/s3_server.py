@@ -216,6 +216,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        # The status line and headers, then the body, go out as separate writes; with
+        # Nagle's algorithm the body would wait for the client's delayed ACK (40 ms).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _relay(self) -> None:
         proxy = self.server.proxy
         start = time.monotonic()
