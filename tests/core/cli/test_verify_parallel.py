@@ -156,3 +156,38 @@ def test_table_files_on_s3_past_the_one_request_size_and_empty_ones_are_read_who
     options = s3_storage_options
     assert read_table_rows(f"s3://{s3_bucket}/big.jsonl", "jsonl", storage_options=options) == big
     assert read_table_rows(f"s3://{s3_bucket}/empty.jsonl", "jsonl", storage_options=options) == []
+
+
+def _block_reads(proxy) -> list:
+    return [r for r in proxy.records() if r.kind == "GetObject" and r.path.endswith(".bin")]
+
+
+def test_verify_on_s3_keeps_a_connection_per_thread_and_one_request_at_a_time_alone(
+    tmp_path, s3_bucket, s3_storage_options, s3_proxy
+):
+    out = f"s3://{s3_bucket}/out"
+    _write(out, tmp_path, 24, s3_storage_options)
+    s3_proxy.latency_s = 0.1
+    output = open_output(out, s3_proxy.storage_options())
+
+    s3_proxy.clear()
+    assert verify_output(output, threads=1).checksums == 24
+    assert max_in_flight(_block_reads(s3_proxy), "GetObject") == 1
+
+    s3_proxy.clear()
+    assert verify_output(output, threads=20).checksums == 24
+    # more than botocore's pool of 10 connections
+    assert max_in_flight(s3_proxy.records(), "HeadObject") > 10
+    assert max_in_flight(_block_reads(s3_proxy), "GetObject") > 10
+
+
+def test_pooled_options_keep_a_pool_size_the_caller_chose():
+    from refiner_core.io import pooled_options
+
+    mine = {"config_kwargs": {"max_pool_connections": 4, "read_timeout": 5}}
+    assert pooled_options("s3://b/out", mine, 64) == mine
+    assert pooled_options("s3://b/out", {"config_kwargs": {"read_timeout": 5}}, 64) == {
+        "config_kwargs": {"read_timeout": 5, "max_pool_connections": 64}
+    }
+    assert pooled_options("s3://b/out", None, 8) is None
+    assert pooled_options("gs://b/out", {"token": "anon"}, 64) == {"token": "anon"}
