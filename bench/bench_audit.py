@@ -6,7 +6,10 @@
    through the recording proxy of ``tests/s3_server.py``, which adds ``--latency-ms``
    to every request: with ``threads=1`` (the serial read: one request at a time) and
    with ``--threads``, interleaved ``--repeat`` times in the same run. Both must find
-   the same rows, references and no failure; target >= 5x faster.
+   the same rows, references and no failure; target >= 5x faster. ``--servers``
+   places moto and the proxy: each in a process of its own (``processes``, the
+   default: a real S3 is another machine) or in threads of this process
+   (``in-process``, where they share the client's GIL); the results name it.
 2. **Parallel full audit.** Materializes ``--audit-shards`` shards as a Dagster dataset
    asset on moto and runs the ``reference_integrity`` scan
    (:func:`refiner_dagster.checks.scan_references`, every reference checked) through the
@@ -43,7 +46,12 @@ from refiner_core.cli.verify import verify_output  # noqa: E402
 from refiner_core.io import DataFolder  # noqa: E402
 from refiner_core.manifests import read_manifests  # noqa: E402
 from refiner_core.sinks.reference_audit import ReferenceRecorder  # noqa: E402
-from tests.s3_server import S3Proxy, dummy_aws_env, start_moto  # noqa: E402
+from tests.s3_server import (  # noqa: E402
+    SERVER_LAYOUTS,
+    LocalS3,
+    dummy_aws_env,
+    start_local_s3,
+)
 
 TARGET_SPEEDUP = 5.0
 dt = mdr.datatype
@@ -66,9 +74,16 @@ def _pipeline(paths: list[str], per_shard: int) -> mdr.Pipeline:
     )
 
 
+def _requests(s3: LocalS3) -> str:
+    """How many requests the proxy saw since it was last cleared, when it is in process."""
+    records = getattr(s3.proxy, "records", None)
+    return f"{len(records()):,} requests" if records is not None else ""
+
+
 def parallel_verify(args, work: Path) -> Result:
     os.environ.update(dummy_aws_env())
-    moto = start_moto()
+    s3 = start_local_s3(args.latency_ms / 1000, layout=args.servers)
+    moto = s3.moto
     bucket = moto.create_bucket("refiner-bench-audit")
     try:
         url = f"s3://{bucket}/out"
@@ -79,26 +94,23 @@ def parallel_verify(args, work: Path) -> Result:
             storage_options=moto.storage_options(),
         ).launch_local(num_workers=2)
         print(f"wrote {args.shards:,} shards to moto in {time.perf_counter() - started:.1f} s")
-        with S3Proxy(moto.endpoint_url, latency_s=args.latency_ms / 1000) as proxy:
-            output = open_output(url, proxy.storage_options())
-            times: dict[int, list[float]] = {1: [], args.threads: []}
-            found = set()
-            for _ in range(args.repeat):
-                for threads in times:
-                    proxy.clear()
-                    t0 = time.perf_counter()
-                    report = verify_output(output, threads=threads)
-                    times[threads].append(time.perf_counter() - t0)
-                    assert report.ok, report.failures[:3]
-                    found.add((report.rows, report.blobs, report.checksums))
-                    print(
-                        f"  threads={threads:<3} {times[threads][-1]:7.2f} s  "
-                        f"{len(proxy.records()):,} requests"
-                    )
-            assert len(found) == 1, found
+        output = open_output(url, s3.storage_options())
+        times: dict[int, list[float]] = {1: [], args.threads: []}
+        found = set()
+        for _ in range(args.repeat):
+            for threads in times:
+                if hasattr(s3.proxy, "clear"):
+                    s3.proxy.clear()
+                t0 = time.perf_counter()
+                report = verify_output(output, threads=threads)
+                times[threads].append(time.perf_counter() - t0)
+                assert report.ok, report.failures[:3]
+                found.add((report.rows, report.blobs, report.checksums))
+                print(f"  threads={threads:<3} {times[threads][-1]:7.2f} s  {_requests(s3)}")
+        assert len(found) == 1, found
     finally:
         moto.delete_bucket(bucket)
-        moto.stop()
+        s3.stop()
     serial, parallel = statistics.median(times[1]), statistics.median(times[args.threads])
     speedup = serial / parallel
     rows, blobs, checksums = found.pop()
@@ -118,7 +130,12 @@ def parallel_verify(args, work: Path) -> Result:
         repeats=args.repeat,
         ratio=speedup,
         ratio_kind="speedup",
-        extra={"rows": rows, "blob_references": blobs, "threads": args.threads},
+        extra={
+            "rows": rows,
+            "blob_references": blobs,
+            "threads": args.threads,
+            "servers": SERVER_LAYOUTS[args.servers],
+        },
     )
 
 
@@ -132,7 +149,8 @@ def parallel_full_audit(args, work: Path) -> Result:
 
     os.environ.update(dummy_aws_env())
     os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
-    moto = start_moto()
+    s3_servers = start_local_s3(args.latency_ms / 1000, layout=args.servers)
+    moto = s3_servers.moto
     bucket = moto.create_bucket("refiner-bench-full-audit")
     base = f"s3://{bucket}/data"
     pipeline = _pipeline(_media(work / "audit-media", args.audit_shards), 1)
@@ -158,23 +176,21 @@ def parallel_full_audit(args, work: Path) -> Result:
             f"materialized {args.audit_shards:,} shards on moto in "
             f"{time.perf_counter() - started:.1f} s"
         )
-        with S3Proxy(moto.endpoint_url, latency_s=args.latency_ms / 1000) as proxy:
-            version = rd.DatasetStorage(base, proxy.storage_options()).current(["episodes"], None)
-            assert version is not None
-            times: dict[int, list[float]] = {1: [], args.threads: []}
-            reports = {}
-            for _ in range(args.repeat):
-                for threads in times:
-                    t0 = time.perf_counter()
-                    reports[threads] = scan_references(
-                        version, sample_threshold=10**9, threads=threads
-                    )
-                    times[threads].append(time.perf_counter() - t0)
-                    print(f"  full audit threads={threads:<3} {times[threads][-1]:7.2f} s")
-            assert reports[1] == reports[args.threads] and reports[1].failure_count == 0
+        storage = rd.DatasetStorage(base, s3_servers.storage_options())
+        version = storage.current(["episodes"], None)
+        assert version is not None
+        times: dict[int, list[float]] = {1: [], args.threads: []}
+        reports = {}
+        for _ in range(args.repeat):
+            for threads in times:
+                t0 = time.perf_counter()
+                reports[threads] = scan_references(version, sample_threshold=10**9, threads=threads)
+                times[threads].append(time.perf_counter() - t0)
+                print(f"  full audit threads={threads:<3} {times[threads][-1]:7.2f} s")
+        assert reports[1] == reports[args.threads] and reports[1].failure_count == 0
     finally:
         moto.delete_bucket(bucket)
-        moto.stop()
+        s3_servers.stop()
     serial, parallel = statistics.median(times[1]), statistics.median(times[args.threads])
     speedup = serial / parallel
     print(
@@ -194,7 +210,11 @@ def parallel_full_audit(args, work: Path) -> Result:
         repeats=args.repeat,
         ratio=speedup,
         ratio_kind="speedup",
-        extra={"references": reports[1].checked, "threads": args.threads},
+        extra={
+            "references": reports[1].checked,
+            "threads": args.threads,
+            "servers": SERVER_LAYOUTS[args.servers],
+        },
     )
 
 
@@ -249,11 +269,20 @@ def main() -> None:
     parser.add_argument("--local-rows", type=int, default=20_000)
     parser.add_argument("--audit-shards", type=int, default=300)
     parser.add_argument(
+        "--servers",
+        choices=sorted(SERVER_LAYOUTS),
+        default="processes",
+        help="where moto and the latency proxy run (default: each in a process of its own)",
+    )
+    parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: write, verify, full-audit"
     )
     add_json_option(parser)
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+        f"servers: {SERVER_LAYOUTS[args.servers]}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as work:
         parts = {
             "write": write_audit_cost,

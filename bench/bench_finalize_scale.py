@@ -17,8 +17,9 @@ It reports:
   ``log(t_large / t_small) / log(N_large / N_small)``; target <= 1.1.
 
 ``--store s3`` writes to a moto S3 server behind the test proxy adding ``--latency-ms``
-(20) per request, both in their own process so they share no GIL with the steps; the
-target there is finalize at 10,000 shards <= 60 s (``--shards 1000,3000`` extrapolates
+(20) per request, each in a process of its own so they share no GIL with the steps or
+with each other (``--servers one-process`` puts both in one child process, as before;
+``in-process`` in threads of this one); the results name the layout. The target there is finalize at 10,000 shards <= 60 s (``--shards 1000,3000`` extrapolates
 from the two largest cases with their measured exponent and says so).
 
 Run from the repository root::
@@ -56,13 +57,21 @@ from bench.results import Result, add_json_option, write_results  # noqa: E402
 from refiner_core.manifests import reading  # noqa: E402
 from refiner_dagster import fanout  # noqa: E402
 from refiner_dagster.fanout_finalize import finalize_step  # noqa: E402
-from tests.s3_server import DUMMY_KEY, DUMMY_SECRET, REGION, dummy_aws_env  # noqa: E402
+from tests.s3_server import (  # noqa: E402
+    DUMMY_KEY,
+    DUMMY_SECRET,
+    REGION,
+    SERVER_LAYOUTS,
+    dummy_aws_env,
+    start_local_s3,
+)
 
 MEDIA_ENV = "REFINER_BENCH_FINALIZE_MEDIA"
 SHARDS_ENV = "REFINER_BENCH_FINALIZE_SHARDS"
 MEDIA_FILES = 256
 MANIFEST_READERS = 32
 ASSET = "scale"
+LAYOUTS = {**SERVER_LAYOUTS, "one-process": "moto and the proxy together in one child process"}
 
 
 def scale_pipeline(context: Any = None) -> mdr.Pipeline:
@@ -203,10 +212,24 @@ def _media(root: str) -> str:
     return media
 
 
+def _servers(layout: str, latency_s: float) -> tuple[str, str, Callable[[], None]]:
+    """moto's endpoint, the proxy's, and how to stop them, laid out as ``layout`` says."""
+    if layout == "one-process":
+        process, moto_url, proxy_url = start_servers(latency_s)
+
+        def stop() -> None:
+            process.stdin.close()
+            process.wait(timeout=30)
+
+        return moto_url, proxy_url, stop
+    s3 = start_local_s3(latency_s, layout=layout)
+    return s3.moto.endpoint_url, s3.endpoint_url, s3.stop
+
+
 def _storage(
-    store: str, root: str, latency_ms: float
-) -> tuple[Callable[[int], rd.RefinerBlobIOManager], Any]:
-    """The IO manager of each case (its own base folder), and the server process (S3) to stop."""
+    store: str, root: str, latency_ms: float, layout: str
+) -> tuple[Callable[[int], rd.RefinerBlobIOManager], Callable[[], None] | None]:
+    """The IO manager of each case (its own base folder), and how to stop the S3 servers."""
     if store == "local":
 
         def local(shards: int) -> rd.RefinerBlobIOManager:
@@ -216,7 +239,7 @@ def _storage(
     from dagster_aws.s3 import S3Resource
 
     os.environ.update(dummy_aws_env())
-    server, moto_url, proxy_url = start_servers(latency_ms / 1000)
+    moto_url, proxy_url, stop = _servers(layout, latency_ms / 1000)
     import boto3
 
     client = boto3.client(
@@ -237,7 +260,7 @@ def _storage(
     def remote(shards: int) -> rd.RefinerBlobIOManager:
         return rd.RefinerBlobIOManager(base_url=f"s3://bench-finalize/out-{shards}", s3=s3)
 
-    return remote, server
+    return remote, stop
 
 
 def _load() -> str:
@@ -249,6 +272,12 @@ def main() -> None:
     parser.add_argument("--shards", default="1000,3000,10000", help="sizes, comma-separated")
     parser.add_argument("--store", choices=("local", "s3"), default="local")
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--servers",
+        choices=sorted(LAYOUTS),
+        default="processes",
+        help="where moto and the proxy run with --store s3 (default: each in its own process)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=None, help="parent of the temporary data folder")
     add_json_option(parser)
@@ -256,13 +285,14 @@ def main() -> None:
     sizes = sorted(int(s) for s in args.shards.split(","))
     _install_probe()
     root = tempfile.mkdtemp(prefix="refiner-bench-finalize-", dir=args.dir)
-    server = None
+    stop_servers = None
     cases: list[Case] = []
     load_start = _load()
     try:
         os.environ[MEDIA_ENV] = _media(root)
-        storage, server = _storage(args.store, root, args.latency_ms)
-        print(f"store={args.store}, {os.cpu_count()} CPUs, load average {load_start}")
+        storage, stop_servers = _storage(args.store, root, args.latency_ms, args.servers)
+        layout = f"; servers: {LAYOUTS[args.servers]}" if args.store == "s3" else ""
+        print(f"store={args.store}, {os.cpu_count()} CPUs, load average {load_start}{layout}")
         print(
             "| shards | write steps | manifest reads by write steps | write s | finalize s "
             "(runs) | parallel read s (runs) | ratio |"
@@ -281,9 +311,8 @@ def main() -> None:
                 flush=True,
             )
     finally:
-        if server is not None:
-            server.stdin.close()
-            server.wait(timeout=30)
+        if stop_servers is not None:
+            stop_servers()
         shutil.rmtree(root, ignore_errors=True)
     load_end = _load()
     print(f"load average at the end {load_end}")
@@ -295,12 +324,12 @@ def main() -> None:
             f"{result.baseline_s}: ratio {result.ratio}"
         )
         print(f"  target {result.target}: {met}")
+    extra = {"load": f"{load_start} / {load_end}"}
+    if args.store == "s3":
+        extra["servers"] = LAYOUTS[args.servers]
     write_results(
         args.json,
-        [
-            Result(**{**r.__dict__, "extra": {**r.extra, "load": f"{load_start} / {load_end}"}})
-            for r in results
-        ],
+        [Result(**{**r.__dict__, "extra": {**r.extra, **extra}}) for r in results],
     )
 
 

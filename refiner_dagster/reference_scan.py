@@ -33,6 +33,7 @@ from refiner_core.io import (
     DEFAULT_READ_THREADS,
     file_sizes,
     map_in_order,
+    pooled_options,
     read_table_rows,
     validate_reference,
 )
@@ -117,7 +118,7 @@ def _version_rows(version: DatasetVersion, columns: list[str], threads: int) -> 
 def _table_rows(
     version: DatasetVersion, urls: list[str], columns: list[str], threads: int
 ) -> Iterator[Any]:
-    options = version.storage_options or None
+    options = pooled_options(version.url, version.storage_options or None, threads)
 
     def read(url: str) -> list[dict[str, Any]]:
         return read_table_rows(url, version.format, columns=columns, storage_options=options)
@@ -154,7 +155,7 @@ def _file_rows(
     """``(file, its rows)`` for each of ``files`` (relative to the version's output),
     asset ``columns`` only, read ``threads`` at a time, in the order given."""
     folder = version.output_folder()
-    options = version.storage_options or None
+    options = pooled_options(version.url, version.storage_options or None, threads)
 
     def read(relative: str) -> tuple[str, list[dict[str, Any]]]:
         url = folder.url_of(relative)
@@ -368,7 +369,7 @@ def _verify_checksums(report, refs, version, rate, full_below, seed) -> None:
         rate=rate,
         full_below=full_below,
         seed=seed,
-        storage_options=_options_for(pairs[0][1]["path"], version) if pairs else None,
+        storage_options=_checksum_options(pairs[0][1]["path"], version) if pairs else None,
     )
     report.checksums_verified = audit.verified
     report.checksum_failures = audit.failure_count
@@ -380,6 +381,14 @@ def _options_for(path: str, version: DatasetVersion) -> dict[str, Any] | None:
     """The version's storage options for a path on the version's store, else none."""
     same_store = "://" in path and path.split("://", 1)[0] == version.url.split("://", 1)[0]
     return (version.storage_options or None) if same_store and "://" in version.url else None
+
+
+def _checksum_options(path: str, version: DatasetVersion) -> dict[str, Any] | None:
+    """The options the checksum reads of ``path`` use: the version's, on its own store,
+    with a connection for each of ``iter_blobs``' reads in flight (16, as many as the
+    scan's default threads)."""
+    options = _options_for(path, version)
+    return pooled_options(path, options, DEFAULT_READ_THREADS) if options is not None else None
 
 
 def _sizes(refs: list[_Reference], version: DatasetVersion, threads: int) -> dict[str, int | None]:

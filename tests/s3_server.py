@@ -11,17 +11,30 @@ Nothing here depends on pytest, so benchmarks and scripts can use it too::
     moto.delete_bucket(bucket)
     moto.stop()
 
-Everything listens on 127.0.0.1 only and every socket has a timeout.
+Benchmarks run moto and the proxy each in a child process of its own, so neither
+shares a GIL with the client it serves (the proxy's records stay in its process)::
+
+    s3 = start_local_s3(latency_s=0.02)  # layout "processes"
+    bucket = s3.moto.create_bucket()
+    fs = s3fs.S3FileSystem(**s3.storage_options())  # through the proxy
+    s3.stop()  # ends both children
+
+Everything listens on 127.0.0.1 only and every socket has a timeout. A child exits
+when its standard input closes or its parent dies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import itertools
 import logging
 import os
+import selectors
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -71,7 +84,7 @@ def storage_options(endpoint_url: str, **extra: Any) -> dict[str, Any]:
 class MotoS3:
     """A running moto server: its endpoint, a boto3 client and bucket helpers."""
 
-    server: ThreadedMotoServer
+    server: ThreadedMotoServer | ServerProcess
     endpoint_url: str
 
     def client(self, endpoint_url: str | None = None) -> Any:
@@ -202,6 +215,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        # The status line and headers, then the body, go out as separate writes; with
+        # Nagle's algorithm the body would wait for the client's delayed ACK (40 ms).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _relay(self) -> None:
         proxy = self.server.proxy
@@ -505,3 +524,185 @@ class S3Proxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+_PARENT_POLL_S = 0.5
+_PROXY_PROCESS_RECORDS = 1_000
+SERVER_LAYOUTS = {
+    "processes": "moto and the proxy each in a process of its own",
+    "in-process": "moto and the proxy in threads of the client's process",
+}
+"""The ways :func:`start_local_s3` lays the servers out, with a line to record in results."""
+
+_CHILD = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from tests.s3_server import _serve_child; _serve_child(sys.argv[1:])"
+)
+
+
+class ServerProcess:
+    """A server in a child process of this one and its endpoint; :meth:`stop` ends it.
+
+    The child exits when its standard input closes (:meth:`stop` closes it, and so does
+    this process's death) or when it finds itself orphaned, so no server outlives the
+    process that started it::
+
+        moto = start_moto_process()
+        with start_proxy_process(moto.endpoint_url, latency_s=0.02) as proxy:
+            fs = s3fs.S3FileSystem(**proxy.storage_options())
+        moto.stop()
+    """
+
+    def __init__(self, process: subprocess.Popen[str], endpoint_url: str) -> None:
+        self.process = process
+        self.endpoint_url = endpoint_url
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def storage_options(self, **extra: Any) -> dict[str, Any]:
+        return storage_options(self.endpoint_url, **extra)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Close the child's standard input and wait for it; kill it if it lingers."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout_s)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _spawn(args: list[str], timeout_s: float) -> ServerProcess:
+    """Start ``_serve_child(args)`` in a fresh interpreter and wait at most ``timeout_s``
+    for the endpoint it prints."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    process = subprocess.Popen(
+        [sys.executable, "-c", _CHILD.format(root=root), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        ready = selector.select(timeout_s)
+    line = process.stdout.readline().strip() if ready else ""
+    if not line.startswith("http://127.0.0.1:"):
+        ServerProcess(process, "").stop(timeout_s=1.0)
+        why = "did not answer in time" if not ready else f"exited with {process.returncode}"
+        raise RuntimeError(f"the {args[0]} server process {why} (printed {line!r})")
+    return ServerProcess(process, line)
+
+
+def start_moto_process(*, timeout_s: float = STARTUP_TIMEOUT_S) -> MotoS3:
+    """Start moto's S3 in a child process on a free loopback port; ``stop()`` ends it."""
+    server = _spawn(["moto"], timeout_s)
+    return MotoS3(server=server, endpoint_url=server.endpoint_url)
+
+
+def start_proxy_process(
+    upstream_url: str,
+    *,
+    latency_s: float = 0.0,
+    bandwidth_bps: float | None = None,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+) -> ServerProcess:
+    """An :class:`S3Proxy` forwarding to ``upstream_url`` in a child process, with the
+    same ``latency_s`` and ``bandwidth_bps``; it keeps its records (and faults) to itself."""
+    args = ["proxy", upstream_url, repr(float(latency_s)), repr(float(bandwidth_bps or 0))]
+    return _spawn(args, timeout_s)
+
+
+def _serve_child(argv: list[str]) -> None:
+    """A child's life: start the server, print its endpoint, serve until standard input
+    closes or the parent is gone, stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    parent = os.getppid()
+    server: MotoS3 | S3Proxy
+    if argv[0] == "moto":
+        server = start_moto()
+    else:
+        upstream, latency, bandwidth = argv[1], float(argv[2]), float(argv[3])
+        server = S3Proxy(
+            upstream,
+            latency_s=latency,
+            bandwidth_bps=bandwidth or None,
+            max_records=_PROXY_PROCESS_RECORDS,
+        ).start()
+    print(server.endpoint_url, flush=True)
+    closed = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.read()
+        closed.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    while not closed.wait(_PARENT_POLL_S) and os.getppid() == parent:
+        pass
+    server.stop()
+
+
+@dataclass
+class LocalS3:
+    """moto behind a latency proxy, laid out as :data:`SERVER_LAYOUTS` names: clients
+    reach moto through :meth:`storage_options` (the proxy), or directly through
+    ``moto``'s."""
+
+    moto: MotoS3
+    proxy: S3Proxy | ServerProcess
+    layout: str
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.proxy.endpoint_url
+
+    def storage_options(self, **extra: Any) -> dict[str, Any]:
+        return storage_options(self.endpoint_url, **extra)
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.moto.stop()
+
+    def __enter__(self) -> LocalS3:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_local_s3(
+    latency_s: float = 0.0, *, layout: str = "processes", bandwidth_bps: float | None = None
+) -> LocalS3:
+    """moto and a proxy adding ``latency_s`` per request: each in a child process
+    (``"processes"``) or in threads of this process (``"in-process"``)."""
+    if layout not in SERVER_LAYOUTS:
+        raise ValueError(f"layout must be one of {sorted(SERVER_LAYOUTS)}, got {layout!r}")
+    if layout == "in-process":
+        moto = start_moto()
+        proxy: S3Proxy | ServerProcess = S3Proxy(
+            moto.endpoint_url, latency_s=latency_s, bandwidth_bps=bandwidth_bps
+        ).start()
+    else:
+        moto = start_moto_process()
+        try:
+            proxy = start_proxy_process(
+                moto.endpoint_url, latency_s=latency_s, bandwidth_bps=bandwidth_bps
+            )
+        except BaseException:
+            moto.stop()
+            raise
+    return LocalS3(moto=moto, proxy=proxy, layout=layout)

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..datatype import asset_of
-from ..io.parallel_reads import map_in_order
+from ..io.parallel_reads import map_in_order, open_table_file
 from .storage import StoredOutput
 
 BATCH_ROWS = 1024
@@ -89,7 +89,7 @@ def _schema_columns(schema: pa.Schema) -> list[AssetColumn]:
 
 
 def _open(output: StoredOutput, relative: str):
-    return output.folder.fs.open(output.table_path(relative), "rb")
+    return open_table_file(output.folder.fs, output.table_path(relative))
 
 
 def asset_columns(output: StoredOutput) -> list[AssetColumn]:

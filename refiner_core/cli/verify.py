@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 from collections.abc import Iterable
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..io.checksum import CHECKSUM_ALGORITHMS, checksum_of
-from ..io.datafile import full_url, resolve
-from ..io.parallel_reads import DEFAULT_READ_THREADS, file_sizes
+from ..io.datafile import DataFolder, full_url, resolve
+from ..io.parallel_reads import DEFAULT_READ_THREADS, file_sizes, pooled_options
 from .rows import Reference, TableRow, asset_columns, asset_prefixes, iter_rows, references
 from .storage import StoredOutput
 
@@ -114,14 +115,18 @@ def _check_blob(ref: Reference, row: TableRow, sizes: _Sizes, report: VerifyRepo
 
 
 def _check_digests(
-    pending: list[tuple[Reference, str]], storage_options: dict[str, Any], report: VerifyReport
+    pending: list[tuple[Reference, str]],
+    storage_options: dict[str, Any],
+    report: VerifyReport,
+    threads: int,
 ) -> None:
     """Check the checksums of in-bounds references, read with ``iter_blobs``: one ranged
-    read per run of nearby ranges of a block, blocks concurrently, memory bounded."""
+    read per run of nearby ranges of a block, ``threads`` blocks at a time, memory
+    bounded."""
     from ..io import iter_blobs
 
     refs = ({"path": r.path, "offset": r.offset, "size": r.size} for r, _ in pending)
-    read = iter_blobs(refs, storage_options=storage_options or None)
+    read = iter_blobs(refs, storage_options=storage_options or None, max_in_flight=threads)
     for (ref, where), data in zip(pending, read, strict=True):
         algorithm, _, expected = str(ref.checksum).partition(":")
         if algorithm not in CHECKSUM_ALGORITHMS:
@@ -138,10 +143,14 @@ def verify_output(
 ) -> VerifyReport:
     """Check every reference and table file of ``output``; see the module docstring.
 
-    Table files are read ``threads`` at a time and the blocks of each
-    :data:`SIZE_WINDOW` references are sized concurrently (``threads=1``: one request
-    at a time)."""
+    Table files are read ``threads`` at a time, the blocks of each :data:`SIZE_WINDOW`
+    references are sized concurrently and checksums read ``threads`` blocks at a time
+    (``threads=1``: one request at a time); on S3 the client gets a connection per
+    thread."""
     report = VerifyReport(limit=limit)
+    options = pooled_options(output.url, output.storage_options, threads)
+    if options is not output.storage_options:
+        output = dataclasses.replace(output, folder=DataFolder(output.folder.url, options))
     sizes = _Sizes(output.storage_options, threads)
     fs = output.folder.fs
     tables = [full_url(fs, output.table_path(name)) for name in output.tables]
@@ -162,7 +171,7 @@ def verify_output(
             _check_window(window, sizes, report, pending)
             window = []
     _check_window(window, sizes, report, pending)
-    _check_digests(pending, output.storage_options, report)
+    _check_digests(pending, output.storage_options, report, threads)
     expected = (output.summary or {}).get("rows_written")
     if expected is not None:  # an appended version also reads the rows it shares
         expected += output.rows_inherited

@@ -6,7 +6,13 @@ from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
 from .inheritance import Inheritance, inherited_tables, read_inheritance, write_inheritance
-from .parallel_reads import DEFAULT_READ_THREADS, file_sizes, map_in_order, read_table_rows
+from .parallel_reads import (
+    DEFAULT_READ_THREADS,
+    file_sizes,
+    map_in_order,
+    pooled_options,
+    read_table_rows,
+)
 from .read_sources import read_sources, set_read_sources
 from .version_history import (
     check_as_of,
@@ -45,6 +51,7 @@ __all__ = [
     "moved_pointer",
     "map_in_order",
     "parse_checksum",
+    "pooled_options",
     "pointer_history",
     "read_blob",
     "read_blobs",

@@ -20,18 +20,46 @@ Example:
 from __future__ import annotations
 
 import collections
+import io
 import json
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
-from .datafile import resolve
+from .datafile import is_s3, resolve
 
 # Threads of an audit's reads: enough to hide tens of milliseconds per request.
 DEFAULT_READ_THREADS = 16
+# botocore's default connection pool: an s3fs client runs at most this many requests at once.
+S3_DEFAULT_CONNECTIONS = 10
+# On S3 a table file is first asked for as its last WHOLE_READ_BYTES: one GET, no HEAD,
+# and the whole file when it is smaller; a bigger one is then read through a file object.
+WHOLE_READ_BYTES = 1024 * 1024
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def pooled_options(
+    url: str, storage_options: dict[str, Any] | None, connections: int
+) -> dict[str, Any] | None:
+    """``storage_options`` for reading ``url`` with ``connections`` requests at once: on
+    S3 the client's connection pool grows to ``connections`` (botocore keeps
+    :data:`S3_DEFAULT_CONNECTIONS`, so more threads would queue for a connection),
+    unless the options set a pool size of their own. Elsewhere they are unchanged.
+
+    >>> pooled_options("s3://bucket/out", {"anon": True}, 32)
+    {'anon': True, 'config_kwargs': {'max_pool_connections': 32}}
+    >>> pooled_options("/data/out", None, 32) is None
+    True
+    """
+    if not url.startswith(("s3://", "s3a://")) or connections <= S3_DEFAULT_CONNECTIONS:
+        return storage_options
+    options = dict(storage_options or {})
+    config = dict(options.get("config_kwargs") or {})
+    config.setdefault("max_pool_connections", connections)
+    options["config_kwargs"] = config
+    return options
 
 
 def map_in_order(
@@ -68,13 +96,34 @@ def file_sizes(
     unique = list(dict.fromkeys(urls))
 
     def size(url: str) -> int | None:
-        fs, path = resolve(url, storage_options if "://" in url else None)
+        options = storage_options if "://" in url else None
+        fs, path = resolve(url, pooled_options(url, options, max_workers))
         try:
             return int(fs.size(path))
         except FileNotFoundError:
             return None
 
     return dict(zip(unique, map_in_order(size, unique, max_workers=max_workers), strict=True))
+
+
+def open_table_file(fs: Any, path: str) -> IO[bytes]:
+    """``path`` open for reading. On S3 a file under :data:`WHOLE_READ_BYTES` comes back
+    in memory, fetched with one request (a file object would ask for its size, then its
+    footer, then its columns: a round trip each); elsewhere, and for bigger files, it is
+    ``fs.open(path, "rb")``.
+
+    >>> import fsspec, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
+    >>> _ = open(path, "wb").write(b'{"a": 1}\\n')
+    >>> with open_table_file(fsspec.filesystem("file"), path) as f:
+    ...     f.read()
+    b'{"a": 1}\\n'
+    """
+    if is_s3(fs):
+        tail = fs.cat_file(path, start=-WHOLE_READ_BYTES)
+        if len(tail) < WHOLE_READ_BYTES:
+            return io.BytesIO(tail)
+    return fs.open(path, "rb")
 
 
 def read_table_rows(
@@ -90,10 +139,10 @@ def read_table_rows(
     if format == "parquet":
         import pyarrow.parquet as pq
 
-        with fs.open(path, "rb") as f:
+        with open_table_file(fs, path) as f:
             return pq.read_table(f, columns=columns).to_pylist()
     if format == "jsonl":
-        with fs.open(path, "rb") as f:
+        with open_table_file(fs, path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         if columns is None:
             return rows

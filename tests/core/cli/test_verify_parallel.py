@@ -112,3 +112,82 @@ def test_the_verify_command_takes_a_thread_count(tmp_path):
         assert "3 rows, 3 blob references, 0 file paths, 3 checksums" in done.output
     refused = CliRunner().invoke(main, ["verify", out, "--threads", "0"])
     assert refused.exit_code == 2 and "--threads" in refused.output
+
+
+def test_a_small_table_file_on_s3_is_read_with_one_request(
+    tmp_path, s3_bucket, s3_storage_options, s3_proxy
+):
+    out = f"s3://{s3_bucket}/out"
+    _write(out, tmp_path, 4, s3_storage_options)
+    output = open_output(out, s3_proxy.storage_options())
+    for threads in (1, 4):
+        s3_proxy.clear()
+        report = verify_output(output, threads=threads)
+        assert report.ok and report.rows == 4
+        # verify's existence check sizes each file once, its rows then take one GET
+        # (and the first file one more, for the schema)
+        for i, name in enumerate(output.tables):
+            kinds = sorted(r.kind for r in s3_proxy.records() if r.path.endswith(name))
+            assert kinds == ["GetObject"] * (2 if i == 0 else 1) + ["HeadObject"], (threads, kinds)
+    [name] = output.tables[:1]
+    url = f"s3://{s3_bucket}/out/{name}"
+    s3_proxy.clear()
+    rows = read_table_rows(
+        url, "parquet", columns=["image"], storage_options=output.storage_options
+    )
+    assert len(rows) == 1 and set(rows[0]) == {"image"}
+    assert [r.kind for r in s3_proxy.records()] == ["GetObject"]
+
+
+def test_table_files_on_s3_past_the_one_request_size_and_empty_ones_are_read_whole(
+    s3_bucket, s3_storage_options
+):
+    import s3fs
+
+    from refiner_core.io.parallel_reads import WHOLE_READ_BYTES
+
+    fs = s3fs.S3FileSystem(**s3_storage_options)
+    big = [{"n": i, "text": "x" * 200} for i in range(WHOLE_READ_BYTES // 200 + 10)]
+    fs.pipe(
+        f"{s3_bucket}/big.jsonl",
+        b"".join(b'{"n": %d, "text": "%s"}\n' % (row["n"], row["text"].encode()) for row in big),
+    )
+    fs.pipe(f"{s3_bucket}/empty.jsonl", b"")
+    options = s3_storage_options
+    assert read_table_rows(f"s3://{s3_bucket}/big.jsonl", "jsonl", storage_options=options) == big
+    assert read_table_rows(f"s3://{s3_bucket}/empty.jsonl", "jsonl", storage_options=options) == []
+
+
+def _block_reads(proxy) -> list:
+    return [r for r in proxy.records() if r.kind == "GetObject" and r.path.endswith(".bin")]
+
+
+def test_verify_on_s3_keeps_a_connection_per_thread_and_one_request_at_a_time_alone(
+    tmp_path, s3_bucket, s3_storage_options, s3_proxy
+):
+    out = f"s3://{s3_bucket}/out"
+    _write(out, tmp_path, 24, s3_storage_options)
+    s3_proxy.latency_s = 0.1
+    output = open_output(out, s3_proxy.storage_options())
+
+    s3_proxy.clear()
+    assert verify_output(output, threads=1).checksums == 24
+    assert max_in_flight(_block_reads(s3_proxy), "GetObject") == 1
+
+    s3_proxy.clear()
+    assert verify_output(output, threads=20).checksums == 24
+    # more than botocore's pool of 10 connections
+    assert max_in_flight(s3_proxy.records(), "HeadObject") > 10
+    assert max_in_flight(_block_reads(s3_proxy), "GetObject") > 10
+
+
+def test_pooled_options_keep_a_pool_size_the_caller_chose():
+    from refiner_core.io import pooled_options
+
+    mine = {"config_kwargs": {"max_pool_connections": 4, "read_timeout": 5}}
+    assert pooled_options("s3://b/out", mine, 64) == mine
+    assert pooled_options("s3://b/out", {"config_kwargs": {"read_timeout": 5}}, 64) == {
+        "config_kwargs": {"read_timeout": 5, "max_pool_connections": 64}
+    }
+    assert pooled_options("s3://b/out", None, 8) is None
+    assert pooled_options("gs://b/out", {"token": "anon"}, 64) == {"token": "anon"}
