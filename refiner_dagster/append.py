@@ -38,8 +38,7 @@ import pyarrow.parquet as pq
 
 import refiner_core as mdr
 from refiner_core import integration
-from refiner_core.io import Inheritance, read_inheritance, write_inheritance
-from refiner_core.io.inheritance import INHERITS_PATH
+from refiner_core.io import INHERITS_PATH, Inheritance, read_inheritance, write_inheritance
 
 from .storage import DatasetVersion
 

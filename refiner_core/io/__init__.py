@@ -5,7 +5,13 @@ from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
 from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
 from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
-from .inheritance import Inheritance, inherited_tables, read_inheritance, write_inheritance
+from .inheritance import (
+    INHERITS_PATH,
+    Inheritance,
+    inherited_tables,
+    read_inheritance,
+    write_inheritance,
+)
 from .parallel_reads import (
     DEFAULT_READ_THREADS,
     file_sizes,
@@ -27,6 +33,7 @@ __all__ = [
     "CURRENT_POINTER",
     "DEFAULT_READ_THREADS",
     "ChecksumMismatchError",
+    "INHERITS_PATH",
     "Inheritance",
     "inherited_tables",
     "read_inheritance",
