@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,12 +56,18 @@ _POLL_S = 0.25
 
 
 @contextmanager
-def publishing(version: DatasetVersion, *, wait_s: float = PUBLISH_WAIT_S) -> Iterator[Pointer]:
+def publishing(
+    version: DatasetVersion,
+    *,
+    wait_s: float = PUBLISH_WAIT_S,
+    first: Callable[[], None] | None = None,
+) -> Iterator[Pointer]:
     """Hold ``version``'s partition as its only publisher, after checking that the
     pointer has not moved since the version began (:func:`refuse_moved_pointer`).
 
     Yields the pointer read under the hold: no other publisher can move it until the
-    hold ends, so the publication writes over it without reading it again."""
+    hold ends, so the publication writes over it without reading it again. ``first``
+    runs under the hold before the pointer is read (a check of the caller's own)."""
     run = str(version.record.get("dagster_run_id") or version.name)
     owner = OutputOwnership(version.folder, run_id=run, stale_after_s=_STALE_AFTER_S)
     deadline = time.monotonic() + wait_s
@@ -80,6 +86,8 @@ def publishing(version: DatasetVersion, *, wait_s: float = PUBLISH_WAIT_S) -> It
             time.sleep(_POLL_S)
     owner.start_heartbeats()
     try:
+        if first is not None:
+            first()
         pointer = version.storage.pointer(version.asset_path, version.partition_key)
         refuse_moved_pointer(version, version.storage.pointed(version, pointer))
         yield pointer

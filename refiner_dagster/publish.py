@@ -207,8 +207,7 @@ def publish_version(
     the one this reduction wrote; if another run finalized the folder meanwhile,
     :class:`mdr.OwnershipLost` names it. Either way readers keep the version they had.
     """
-    with publishing(version) as previous:
-        _check_still_ours(version, summary)
+    with publishing(version, first=lambda: _check_still_ours(version, summary)) as previous:
         policy = {"retention": retention.as_record()} if retention is not None else {}
         return version.storage.publish_over(
             version,
