@@ -34,13 +34,17 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import refiner_core as mdr
 from refiner_core.integration import OutputOwnership
 
 from .storage import DatasetVersion, SupersededError
+
+# The pointer as read, or ``None`` when nothing is published yet.
+Pointer = dict[str, Any] | None
 
 __all__ = ["PUBLISH_WAIT_S", "publishing", "refuse_moved_pointer"]
 
@@ -52,9 +56,18 @@ _POLL_S = 0.25
 
 
 @contextmanager
-def publishing(version: DatasetVersion, *, wait_s: float = PUBLISH_WAIT_S) -> Iterator[None]:
+def publishing(
+    version: DatasetVersion,
+    *,
+    wait_s: float = PUBLISH_WAIT_S,
+    first: Callable[[], None] | None = None,
+) -> Iterator[Pointer]:
     """Hold ``version``'s partition as its only publisher, after checking that the
-    pointer has not moved since the version began (:func:`refuse_moved_pointer`)."""
+    pointer has not moved since the version began (:func:`refuse_moved_pointer`).
+
+    Yields the pointer read under the hold: no other publisher can move it until the
+    hold ends, so the publication writes over it without reading it again. ``first``
+    runs under the hold before the pointer is read (a check of the caller's own)."""
     run = str(version.record.get("dagster_run_id") or version.name)
     owner = OutputOwnership(version.folder, run_id=run, stale_after_s=_STALE_AFTER_S)
     deadline = time.monotonic() + wait_s
@@ -73,18 +86,20 @@ def publishing(version: DatasetVersion, *, wait_s: float = PUBLISH_WAIT_S) -> It
             time.sleep(_POLL_S)
     owner.start_heartbeats()
     try:
-        refuse_moved_pointer(version)
-        yield
+        if first is not None:
+            first()
+        pointer = version.storage.pointer(version.asset_path, version.partition_key)
+        refuse_moved_pointer(version, version.storage.pointed(version, pointer))
+        yield pointer
     finally:
         owner.release()
 
 
-def refuse_moved_pointer(version: DatasetVersion) -> None:
+def refuse_moved_pointer(version: DatasetVersion, current: DatasetVersion | None) -> None:
     """Raise :class:`SupersededError` when another version was published after ``version``
-    began (the pointer no longer names its ``base_version``)."""
+    began (``current``, the published version, is not its ``base_version``)."""
     if "base_version" not in version.record:
         return  # recorded before versions kept their base: judged by age alone
-    current = version.storage.current(version.asset_path, version.partition_key)
     if current is None or current.name == version.name:
         return
     base = version.record["base_version"]

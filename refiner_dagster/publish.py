@@ -133,8 +133,9 @@ def reduce_version(
             f"{version.describe()} has no completed write (state {version.state!r}); "
             "materialize the dataset asset again"
         )
-    version.storage.refuse_superseded(version)
-    refuse_moved_pointer(version)
+    current = version.storage.current(version.asset_path, version.partition_key)
+    version.storage.refuse_superseded(version, current)
+    refuse_moved_pointer(version, current)
     fmt = version.format
     return finalize_output(
         fmt,
@@ -206,11 +207,11 @@ def publish_version(
     the one this reduction wrote; if another run finalized the folder meanwhile,
     :class:`mdr.OwnershipLost` names it. Either way readers keep the version they had.
     """
-    with publishing(version):
-        _check_still_ours(version, summary)
+    with publishing(version, first=lambda: _check_still_ours(version, summary)) as previous:
         policy = {"retention": retention.as_record()} if retention is not None else {}
-        return version.storage.publish(
+        return version.storage.publish_over(
             version,
+            previous,
             is_live=is_live,
             published_by=published_by,
             **policy,

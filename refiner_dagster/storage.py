@@ -380,8 +380,23 @@ class DatasetStorage:
         run's whole finalization must not move readers back, so it is checked again
         right before the pointer is written.
         """
-        previous = self._pointer(version.asset_path, version.partition_key)
-        self._refuse_superseded_by(version, self._pointed(version, previous))
+        previous = self.pointer(version.asset_path, version.partition_key)
+        return self.publish_over(
+            version, previous, is_live=is_live, published_by=published_by, **extra
+        )
+
+    def publish_over(
+        self,
+        version: DatasetVersion,
+        previous: dict[str, Any] | None,
+        *,
+        is_live: Callable[[str], bool] | None = None,
+        published_by: str | None = None,
+        **extra: Any,
+    ) -> DatasetVersion:
+        """:meth:`publish` over ``previous``, the pointer as the caller read it while no
+        other publisher could move it (:func:`~refiner_dagster.one_publisher.publishing`)."""
+        self._refuse_superseded_by(version, self.pointed(version, previous))
         parent = previous["version"] if previous is not None else None
         if parent == version.name:  # finalized again: keep the parent it had
             parent = version.record.get("parent")
@@ -402,7 +417,8 @@ class DatasetStorage:
         self.cleanup(published, is_live=is_live)
         return published
 
-    def _pointer(self, asset_path: Sequence[str], partition_key: str | None) -> dict | None:
+    def pointer(self, asset_path: Sequence[str], partition_key: str | None) -> dict | None:
+        """The pointer readers follow, as stored (``None`` when nothing is published)."""
         folder = self.partition_folder(asset_path, partition_key)
         return read_pointer(folder.fs, folder.path)
 
@@ -422,11 +438,12 @@ class DatasetStorage:
         version.folder.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
         return pointer
 
-    def refuse_superseded(self, version: DatasetVersion) -> None:
-        """Raise :class:`SupersededError` when a newer version than ``version`` is published."""
-        self._refuse_superseded_by(version, self.current(version.asset_path, version.partition_key))
+    def refuse_superseded(self, version: DatasetVersion, current: DatasetVersion | None) -> None:
+        """Raise :class:`SupersededError` when ``current`` (the published version, as just
+        read) is newer than ``version``."""
+        self._refuse_superseded_by(version, current)
 
-    def _pointed(self, version: DatasetVersion, pointer: dict | None) -> DatasetVersion | None:
+    def pointed(self, version: DatasetVersion, pointer: dict | None) -> DatasetVersion | None:
         """The version ``pointer`` (of ``version``'s dataset) publishes."""
         if pointer is None:
             return None

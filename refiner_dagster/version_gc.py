@@ -27,26 +27,37 @@ from collections.abc import Iterable
 
 import refiner_core as mdr
 from refiner_core.io import VERSION_PREFIX, is_local
+from refiner_core.io.datafile import is_s3fs
 
 
 def delete_version_files(dataset: mdr.DataFolder, name: str, keep: set[str]) -> int:
     """Delete version ``name``'s folder in ``dataset`` but the files in ``keep`` (paths
-    relative to ``dataset``); returns how many files were deleted. With nothing kept
-    the folder goes in one recursive delete."""
-    prefix = name + "/"
-    if not any(k.startswith(prefix) for k in keep):
+    relative to ``dataset``); returns how many files were deleted. On S3 the files are
+    found with one listing and deleted in batches; elsewhere, with nothing kept, the
+    folder goes in one recursive delete."""
+    fs, root = dataset.fs, dataset.path.rstrip("/")
+    if not is_s3fs(fs) and not any(k.startswith(name + "/") for k in keep):
         existed = dataset.exists(name)
         dataset.rm(name, recursive=True)
         return int(existed)
-    fs, root = dataset.fs, dataset.path.rstrip("/")
-    doomed = [
-        p for p in fs.find(posixpath.join(root, name)) if posixpath.relpath(p, root) not in keep
-    ]
+    doomed = [p for p in _files_below(dataset, name) if posixpath.relpath(p, root) not in keep]
     if doomed:
         fs.rm(doomed)
     if is_local(fs):  # object stores have no folders to leave behind
         _remove_empty_folders(posixpath.join(root, name))
     return len(doomed)
+
+
+def _files_below(dataset: mdr.DataFolder, name: str) -> list[str]:
+    """Paths of the files in ``dataset``'s folder ``name`` (s3fs lists a missing folder
+    with one request given a prefix, where it would also ask ``HEAD`` for ``name``)."""
+    fs, root = dataset.fs, dataset.path.rstrip("/")
+    try:
+        if is_s3fs(fs):
+            return list(fs.find(root, prefix=name + "/"))
+        return list(fs.find(posixpath.join(root, name)))
+    except FileNotFoundError:
+        return []
 
 
 def _remove_empty_folders(top: str) -> None:

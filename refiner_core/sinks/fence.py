@@ -21,7 +21,7 @@ import contextlib
 import json
 from typing import Any
 
-from ..io.datafile import DataFolder, is_s3
+from ..io.datafile import DataFolder, is_s3, is_s3fs
 from ..io.ownership import Lease
 from ..manifests import DatasetSummary
 from ..manifests._attempts import SUMMARY_PATH
@@ -64,7 +64,20 @@ class Fence:
 
     def _current_etag(self) -> str | None:
         path = self.folder.join(SUMMARY_PATH)
-        self.folder.fs.invalidate_cache(path)
+        fs = self.folder.fs
+        fs.invalidate_cache(path)
         with contextlib.suppress(FileNotFoundError):
-            return self.folder.fs.info(path).get("ETag")
+            if is_s3fs(fs):
+                return _head_etag(fs, path)
+            return fs.info(path).get("ETag")
         return None
+
+
+def _head_etag(fs: Any, path: str) -> str | None:
+    """The ETag of the object at ``path`` from one ``HEAD``; ``FileNotFoundError`` when it
+    does not exist (s3fs's ``info`` would then also list ``path/`` for a folder)."""
+    import fsspec.asyn
+
+    bucket, key, _ = fs.split_path(path)
+    head = fsspec.asyn.sync(fs.loop, fs._call_s3, "head_object", fs.kwargs, Bucket=bucket, Key=key)
+    return head.get("ETag")

@@ -1,6 +1,6 @@
 """The S3 requests of one publish: small records are read with one GET each, and the
 fixed chain of requests of an overwrite and of an append stays bounded (moto S3 behind
-the recording proxy, a real Dagster instance)."""
+the recording proxy, a real Dagster instance). Deleting a version folder lists it once."""
 
 from __future__ import annotations
 
@@ -12,15 +12,21 @@ import pytest
 
 import refiner_core as mdr
 import refiner_dagster as rd
+from refiner_dagster.version_gc import delete_version_files
 
 # Records a publish reads whole: version records, the pointer, and the bookkeeping
 # under each version's ``_refiner/`` (summary, inheritance, manifests, owner records).
 _SMALL_RECORD = re.compile(r"/_versions/|/_current\.json$|/_refiner/")
 
 # Requests of one materialization of a one-shard dataset (write, audit, publish, cleanup);
-# 80 and 93 when written, where reading each record with a HEAD first made 110 and 126.
-MAX_OVERWRITE_REQUESTS = 90
-MAX_APPEND_REQUESTS = 100
+# 76 and 89 when written, where reading the pointer twice before the reduction and twice
+# before the move, and finding the first summary absent by a HEAD and a listing, made 79
+# and 92 (and reading each record with a HEAD first, 110 and 126).
+MAX_OVERWRITE_REQUESTS = 78
+MAX_APPEND_REQUESTS = 91
+# Reads of the pointer: when the version begins, before its reduction, and under the
+# publish hold right before the pointer moves.
+POINTER_READS = 3
 
 
 def _asset(batches: list[list[dict]], mode: str):
@@ -94,3 +100,38 @@ def test_a_publish_reads_small_records_with_one_get_each(
     assert _heads_before_reads(records) == []
     assert _heads_of_records(records) == []
     assert len(records) <= bound, counts
+
+
+def _pointer_reads(records) -> int:
+    return sum(1 for r in records if r.kind == "GetObject" and r.path.endswith("/_current.json"))
+
+
+def _folder_listings_of_files(records) -> list[str]:
+    """Listings of ``<file>/`` that s3fs sends to tell a missing file from a folder."""
+    return [
+        r.query["prefix"]
+        for r in records
+        if r.kind == "ListObjects" and r.query.get("prefix", "").endswith(".json/")
+    ]
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "append"])
+def test_a_publish_reads_the_pointer_once_per_check_and_heads_the_summary_alone(
+    dagster_instance, media, s3_bucket, s3_proxy, mode
+):
+    records = _publish_twice(dagster_instance, media, s3_bucket, s3_proxy, mode)
+    assert _pointer_reads(records) == POINTER_READS
+    assert _folder_listings_of_files(records) == []
+
+
+def test_deleting_a_version_folder_lists_it_once(s3_bucket, s3_proxy):
+    dataset = mdr.DataFolder(f"s3://{s3_bucket}/data", s3_proxy.storage_options())
+    for name in ("v-1/part-0.parquet", "v-1/_refiner/summary.json", "v-1/assets/b.bin"):
+        dataset.write_bytes(name, b"x")
+    s3_proxy.clear()
+    assert delete_version_files(dataset, "v-1", set()) == 3
+    assert [r.kind for r in s3_proxy.records()] == ["ListObjects", "DeleteObjects"]
+    assert dataset.find() == []
+    s3_proxy.clear()
+    assert delete_version_files(dataset, "v-2", set()) == 0
+    assert [r.kind for r in s3_proxy.records()] == ["ListObjects"]
