@@ -26,8 +26,7 @@ import posixpath
 from collections.abc import Iterable
 
 import refiner_core as mdr
-from refiner_core.io import VERSION_PREFIX, is_local
-from refiner_core.io.datafile import is_s3fs
+from refiner_core.io import VERSION_PREFIX, is_local, is_s3fs
 
 
 def delete_version_files(dataset: mdr.DataFolder, name: str, keep: set[str]) -> int:

@@ -3,7 +3,16 @@
 from .blob import read_blob, validate_reference
 from .blob_batch import iter_blobs, read_blobs
 from .checksum import ChecksumMismatchError, checksum_of, parse_checksum
-from .datafile import DataFile, DataFolder, check_relative, full_url, is_local, is_s3, resolve
+from .datafile import (
+    DataFile,
+    DataFolder,
+    check_relative,
+    full_url,
+    is_local,
+    is_s3,
+    is_s3fs,
+    resolve,
+)
 from .dataset_history import RollbackRefused, VersionInfo, dataset_versions, rollback
 from .inheritance import (
     INHERITS_PATH,
@@ -54,6 +63,7 @@ __all__ = [
     "full_url",
     "is_local",
     "is_s3",
+    "is_s3fs",
     "iter_blobs",
     "moved_pointer",
     "map_in_order",
