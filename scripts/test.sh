@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv with the test extras, makes sure headless Chromium is there for the
-# UI test, and runs the whole test suite. Extra arguments go to pytest.
+# UI test, and runs the whole test suite, listing the 25 slowest tests. Extra arguments
+# go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
@@ -12,4 +13,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 export DAGSTER_DISABLE_TELEMETRY=1
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
