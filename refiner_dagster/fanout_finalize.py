@@ -7,6 +7,7 @@ and publish it. A run over several partitions finalizes each with
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import dagster as dg
 
@@ -55,13 +56,15 @@ def written_version(
     plan: FanoutPlan,
     part: PartitionVersion,
     reported: int | None = None,
+    returned: Sequence[AttemptManifest] = (),
 ) -> tuple[DatasetVersion, PersistedManifests]:
     """``part``'s version with every planned shard committed, recorded as written; raises
     naming the version when write steps left shards missing (``reported``: how many
-    shards the write steps said they committed)."""
+    shards the write steps said they committed). ``returned`` are the manifests the
+    write steps returned for this version: the store is asked only for the others."""
     version = writer.reopen(plan.asset_path, part.partition_key, part.version)
     # read once: counting, reducing and the summary share these manifests
-    persisted = manifests.read_persisted(version.output_folder())
+    persisted = manifests.read_persisted(version.output_folder(), known=returned)
     counters = committed_counters(version, plan.run_id, persisted)
     if counters["shards"] != part.shards and context.run.parent_run_id is not None:
         # a re-execution from failure leaves out the write steps its parent never started
@@ -107,9 +110,9 @@ def finalize_step(
     """
     writer = spec.writer(context)
     (part,) = plan.versions
-    version, persisted = written_version(
-        spec, context, writer, plan, part, sum(len(w) for w in written)
-    )
+    # one version: every manifest the write steps returned is one of its own
+    returned = [m for step in written for m in step]
+    version, persisted = written_version(spec, context, writer, plan, part, len(returned), returned)
     try:
         finalized = writer.finalize(version, audit=spec.audit, persisted=persisted)
     except AuditFailedError as error:

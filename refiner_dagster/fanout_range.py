@@ -63,7 +63,9 @@ def finalize_range(
     naming the ones that did not (the published ones keep their materializations)."""
     writer = spec.writer(context)
     # every partition fully written before any is published: a missing shard fails the
-    # step with nothing published, and re-executing from failure finishes all of them
+    # step with nothing published, and re-executing from failure finishes all of them.
+    # Manifests are read from each version: the write steps' outputs are not told apart
+    # by partition, and shard and attempt names repeat across partitions.
     written = [
         (str(part.partition_key), *written_version(spec, context, writer, plan, part))
         for part in plan.versions

@@ -235,15 +235,35 @@ class DataFolder:
             e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != base.rstrip("/")
         )
 
+    def listdir_sizes(self, relative: str = "") -> dict[str, int]:
+        """The files directly in ``relative`` (this folder when empty) by name, with
+        their sizes in bytes, from one listing (the same one as :meth:`listdir`);
+        empty if it is absent. Subfolders are left out."""
+        base = self.join(relative) if relative else self.path
+        try:
+            with self._context("ListObjectsV2", base):
+                entries = self._detailed_entries(base)
+        except FileNotFoundError:
+            return {}
+        return {
+            e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
+            for e in entries
+            if e.get("type") == "file" and e["name"].rstrip("/") != base.rstrip("/")
+        }
+
     def _entries(self, base: str) -> list[str]:
+        if is_s3fs(self.fs):
+            return [entry["name"] for entry in self._detailed_entries(base)]
+        return self.fs.ls(base, detail=False, refresh=True)
+
+    def _detailed_entries(self, base: str) -> list[dict[str, Any]]:
         fs = self.fs
         if is_s3fs(fs):
             # one listing: s3fs's ls lists the parent folder too when ``base`` has no entries
             import fsspec.asyn
 
-            found = fsspec.asyn.sync(fs.loop, fs._lsdir, base, refresh=True)
-            return [entry["name"] for entry in found]
-        return fs.ls(base, detail=False, refresh=True)
+            return list(fsspec.asyn.sync(fs.loop, fs._lsdir, base, refresh=True))
+        return list(fs.ls(base, detail=True, refresh=True))
 
     def same_filesystem(self, fs: fsspec.AbstractFileSystem) -> bool:
         """Whether files on ``fs`` can be copied into this folder by :meth:`copy_from`."""

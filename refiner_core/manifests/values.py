@@ -203,8 +203,13 @@ def _optional_names(value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def manifest_bytes(manifest: AttemptManifest) -> bytes:
+    """The bytes :func:`write_manifest` stores for ``manifest``."""
+    return json.dumps(manifest.to_json(), indent=1).encode()
+
+
 def write_manifest(folder: Any, manifest: AttemptManifest) -> None:
-    folder.write_bytes(manifest.path, json.dumps(manifest.to_json(), indent=1).encode())
+    folder.write_bytes(manifest.path, manifest_bytes(manifest))
 
 
 def read_manifest(folder: Any, relative: str) -> AttemptManifest:

@@ -141,3 +141,31 @@ def test_a_summary_written_by_the_first_release_still_reads(tmp_path):
     assert summary.files == ("00000__0123456789ab.parquet", "00001__89abcdef0123.parquet")
     assert summary.open_uploads == () and summary.commit == {}
     assert DatasetSummary.from_json(summary.to_json(), where="again") == summary
+
+
+def test_known_manifests_stand_in_for_listed_files_of_their_stored_size(tmp_path, monkeypatch):
+    import dataclasses
+
+    from refiner_core.io import DataFolder
+    from refiner_core.manifests import reading
+
+    out, _, _ = _written(tmp_path)
+    folder = DataFolder(str(out))
+    stored = reading.read_manifests(folder)
+    assert len(stored) == 3
+    reads: list[str] = []
+    read_one = reading.read_manifest
+    monkeypatch.setattr(
+        reading,
+        "read_manifest",
+        lambda f, relative: reads.append(relative) or read_one(f, relative),
+    )
+    # the same manifests: nothing is read
+    assert reading.read_manifests(folder, known=stored) == stored and reads == []
+    # one that differs from its stored form in size is read from the store
+    changed = dataclasses.replace(stored[0], counters={**stored[0].counters, "rows_written": 20})
+    assert reading.read_manifests(folder, known=[changed, *stored[1:]]) == stored
+    assert reads == [f"{MANIFEST_DIR}/{Path(stored[0].path).name}"]
+    # one whose file is gone is left out: the listing decides what exists
+    (out / stored[2].path).unlink()
+    assert reading.read_persisted(folder, known=stored).manifests == tuple(stored[:2])
